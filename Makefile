@@ -1,0 +1,50 @@
+# epochal: two commands do everything on a fresh machine.
+#   make run   installs, migrates and starts API + worker on the embedded default
+#   make test  installs what tests need and runs the whole suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+FASHION_DIR := /usr/share/datasets/fashion-mnist
+PYTEST_ARGS ?=
+
+.PHONY: install run test lint bench bench-gpu clean data
+
+install: $(STAMP) data
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	# torch==2.13.0 resolves to the CPU wheel on this machine's disk; see README for GPU boxes.
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[worker,dev]"
+	touch $(STAMP)
+
+# Debian packages, best effort (needs apt and root): dataset-fashion-mnist puts the IDX files
+# under /usr/share/datasets/fashion-mnist (without it, fashion_mnist jobs say where to put them);
+# docker-compose validates docker-compose.yml in the tests (no engine needed for `config`).
+DEBS := $(if $(wildcard $(FASHION_DIR)),,dataset-fashion-mnist) $(if $(shell command -v docker-compose),,docker-compose)
+data:
+	@if [ -n "$(strip $(DEBS))" ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get install -y -qq $(DEBS) >/dev/null 2>&1 || \
+	   (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $(DEBS) >/dev/null 2>&1)) || \
+	  echo "note: could not install $(DEBS) with apt"; \
+	fi
+
+run: install
+	$(BIN)/epochal up
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check app worker tests benchmarks
+	$(BIN)/lint-imports
+
+bench: install
+	$(BIN)/python -m benchmarks
+
+bench-gpu: install
+	$(BIN)/python -m benchmarks.gpu
+
+clean:
+	rm -rf $(VENV) .epochal .pytest_cache test-artifacts

@@ -1,0 +1,98 @@
+"""Jobs: submit, list, read, metrics, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
+
+from app import crud
+from app.api.deps import JobDep, SessionDep
+from app.config import get_settings
+from app.dispatch import dispatch
+from app.models import Job, JobStatus
+from app.queue import queue_for_gpus
+from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricRow, MetricsPublic
+from app.schemas.job_spec import JobSpec
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+def summary(job: Job) -> JobSummary:
+    spec = job.spec
+    return JobSummary(
+        **{f: getattr(job, f) for f in JobSummary.model_fields if hasattr(Job, f)},
+        epochs=spec["training"]["epochs"],
+        tags=spec.get("tags", {}),
+    )
+
+
+def public(session: SessionDep, job: Job) -> JobPublic:
+    settings = get_settings()
+    return JobPublic.model_validate(
+        {
+            **summary(job).model_dump(),
+            "error_code": job.error_code,
+            "error": job.error,
+            "result": job.result,
+            "spec": job.spec,
+            "wait_reason": crud.wait_reason(session, job, 3 * settings.heartbeat_seconds),
+            "transitions": crud.transitions(session, job.id),
+        }
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic)
+def create_job(session: SessionDep, spec: JobSpec) -> JobPublic:
+    """Submit a training job; it is stored before it is queued."""
+    job = crud.create_job(session, spec, queue_for_gpus(spec.resources.gpus))
+    session.commit()
+    dispatch(session, job)  # a failed publish leaves it queued for the reconciler
+    return public(session, job)
+
+
+@router.get("", response_model=JobsPublic)
+def read_jobs(
+    session: SessionDep,
+    status_: Annotated[JobStatus | None, Query(alias="status")] = None,
+    framework: Annotated[str | None, Query(pattern="^(pytorch|tensorflow)$")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> JobsPublic:
+    """List jobs, newest first, with cursor pagination."""
+    try:
+        jobs, next_cursor = crud.list_jobs(
+            session, limit=limit, cursor=cursor, status=status_, framework=framework
+        )
+    except ValueError as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from exc
+    return JobsPublic(items=[summary(j) for j in jobs], next_cursor=next_cursor)
+
+
+@router.get("/{job_id}", response_model=JobPublic)
+def read_job(session: SessionDep, job: JobDep) -> JobPublic:
+    """One job: spec, status, progress, result, transitions."""
+    return public(session, job)
+
+
+@router.get("/{job_id}/metrics", response_model=MetricsPublic)
+def read_metrics(
+    session: SessionDep,
+    job: JobDep,
+    since_epoch: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> MetricsPublic:
+    """Per-epoch metrics after `since_epoch` (cheap to poll)."""
+    rows = crud.read_metrics(session, job.id, since_epoch, limit)
+    return MetricsPublic(job_id=job.id, items=[MetricRow.model_validate(r) for r in rows])
+
+
+@router.post("/{job_id}/cancel", response_model=JobPublic)
+def cancel_job(session: SessionDep, job: JobDep) -> JobPublic:
+    """Cancel: a queued job never runs; a running one stops at the next step boundary."""
+    try:
+        crud.request_cancel(session, job)
+    except crud.Conflict as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from exc
+    session.commit()
+    return public(session, job)

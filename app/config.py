@@ -1,0 +1,93 @@
+"""Settings: every knob comes from an EPOCHAL_* environment variable (pydantic-settings).
+
+The embedded default needs no server: SQLite and a Kombu filesystem broker, both under
+EPOCHAL_HOME. Pointing EPOCHAL_DATABASE_URL at postgresql+psycopg://… and EPOCHAL_BROKER_URL at
+redis://… gives the production setup with the same code.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Service settings; the job's hyper-parameters never come from here, only from its spec."""
+
+    model_config = SettingsConfigDict(env_prefix="EPOCHAL_", extra="ignore")
+
+    home: Path = Field(Path(".epochal"), description="State directory of the embedded default.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in home.")
+    broker_url: str | None = Field(None, description="Celery broker; default filesystem in home.")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    data_dir: Path | None = Field(None, description="Where data sets and uploads live.")
+    artifacts_dir: Path | None = Field(None, description="Models, checkpoints and logs per job.")
+    allow_download: bool = Field(False, description="May built-in data sets be downloaded?")
+
+    # Worker side.
+    worker_gpus: str | None = Field(
+        None, description="GPU ids this worker owns (else CUDA_VISIBLE_DEVICES)."
+    )
+    worker_name: str | None = None
+    heartbeat_seconds: float = Field(5.0, gt=0, le=300)
+    lease_seconds: float = Field(
+        30.0, gt=0, le=3600, description="A job whose lease is this old is re-queued."
+    )
+    cancel_grace_seconds: float = Field(20.0, gt=0, le=3600)
+    dispatch_retry_seconds: float = Field(
+        60.0, gt=0, description="Re-send queued jobs not picked up for this long."
+    )
+    maintenance_seconds: float = Field(5.0, gt=0, le=600)
+
+    # Limits at the door.
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    max_upload_bytes: int = Field(200_000_000, ge=1024)
+
+    log_json: bool = False
+
+    @property
+    def resolved_home(self) -> Path:
+        return self.home.expanduser().resolve()
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.resolved_home / 'epochal.db'}"
+
+    @property
+    def celery_broker_url(self) -> str:
+        return self.broker_url or "filesystem://"
+
+    @property
+    def broker_folder(self) -> Path:
+        """Folder of the filesystem broker (embedded default only)."""
+        return self.resolved_home / "broker"
+
+    @property
+    def resolved_data_dir(self) -> Path:
+        return (self.data_dir or self.resolved_home / "data").expanduser().resolve()
+
+    @property
+    def resolved_artifacts_dir(self) -> Path:
+        return (self.artifacts_dir or self.resolved_home / "artifacts").expanduser().resolve()
+
+    @property
+    def worker_gpu_ids(self) -> list[str]:
+        """GPUs this worker owns: EPOCHAL_WORKER_GPUS, else CUDA_VISIBLE_DEVICES."""
+        raw = self.worker_gpus
+        if raw is None:
+            raw = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return [g.strip() for g in raw.split(",") if g.strip() and g.strip() != "-1"]
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.resolved_artifacts_dir / job_id
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

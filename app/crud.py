@@ -1,0 +1,343 @@
+"""The job state machine and queries; every status change goes through here.
+
+Changes that race (claim, cancel, finish, reap) are one conditional UPDATE each, so the
+database decides who wins whatever the broker redelivers (reference/reliability.md P10).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from app.models import (
+    ACTIVE,
+    METRIC_FIELDS,
+    TERMINAL,
+    EpochMetric,
+    Job,
+    JobStatus,
+    JobTransition,
+    Worker,
+    utcnow,
+)
+from app.schemas.job_spec import JobSpec
+
+
+class Conflict(Exception):
+    """The job is not in a state that allows the change."""
+
+
+def create_job(session: Session, spec: JobSpec, queue: str) -> Job:
+    """Store a new queued job (the caller commits before it is sent to the broker)."""
+    job = Job(
+        name=spec.name,
+        framework=spec.framework,
+        spec=spec.model_dump(mode="json"),
+        queue=queue,
+        gpus=spec.resources.gpus,
+        max_restarts=spec.max_restarts,
+        status=JobStatus.queued,
+    )
+    session.add(job)
+    session.flush()
+    add_transition(session, job.id, None, JobStatus.queued, "submitted", 0)
+    return job
+
+
+def add_transition(
+    session: Session, job_id: str, before: str | None, after: str, reason: str, attempt: int
+) -> None:
+    session.add(
+        JobTransition(
+            job_id=job_id, from_status=before, to_status=after, reason=reason, attempt=attempt
+        )
+    )
+
+
+def get_job(session: Session, job_id: str) -> Job | None:
+    return session.get(Job, job_id)
+
+
+def transitions(session: Session, job_id: str) -> Sequence[JobTransition]:
+    query = select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
+    return session.scalars(query).all()
+
+
+def encode_cursor(job: Job) -> str:
+    raw = json.dumps([job.created_at.isoformat(), job.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """Raise ValueError for anything that is not a cursor this service made."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, job_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(job_id)
+    except Exception as exc:  # any malformed input is the client's mistake
+        raise ValueError("cursor is not one returned by this API") from exc
+
+
+def list_jobs(
+    session: Session,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    status: str | None = None,
+    framework: str | None = None,
+) -> tuple[list[Job], str | None]:
+    """Newest first; filters apply before paging so pages are never short for that reason."""
+    query = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
+    if status:
+        query = query.where(Job.status == status)
+    if framework:
+        query = query.where(Job.framework == framework)
+    if cursor:
+        created, job_id = decode_cursor(cursor)
+        query = query.where(
+            or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id))
+        )
+    jobs = list(session.scalars(query))
+    next_cursor = encode_cursor(jobs[limit - 1]) if len(jobs) > limit else None
+    return jobs[:limit], next_cursor
+
+
+def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) -> Job | None:
+    """Queued -> running for this worker, or None when someone else has it (or it ended)."""
+    now = utcnow()
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.queued)
+        .values(
+            status=JobStatus.running,
+            attempt=Job.attempt + 1,
+            worker_name=worker,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            started_at=func.coalesce(Job.started_at, now),
+            updated_at=now,
+        )
+    ).rowcount
+    if not claimed:
+        return None
+    job = session.get(Job, job_id, populate_existing=True)
+    assert job is not None
+    add_transition(
+        session, job.id, JobStatus.queued, JobStatus.running, f"claimed by {worker}", job.attempt
+    )
+    return job
+
+
+def renew_lease(session: Session, job_id: str, attempt: int, lease_seconds: float) -> Job | None:
+    """Extend the lease of our attempt; None means the job is no longer ours (fencing)."""
+    renewed = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
+    ).rowcount
+    return session.get(Job, job_id, populate_existing=True) if renewed else None
+
+
+def request_cancel(session: Session, job: Job) -> Job:
+    """Queued: cancelled at once. Running: cancelling until the loop stops. Ended: Conflict."""
+    now = utcnow()
+    if job.status in TERMINAL:
+        raise Conflict(f"job already {job.status}")
+    if job.status == JobStatus.cancelling:
+        return job
+    before = job.status
+    target = JobStatus.cancelled if before == JobStatus.queued else JobStatus.cancelling
+    values: dict[str, Any] = {"status": target, "cancel_requested_at": now, "updated_at": now}
+    if target == JobStatus.cancelled:
+        values |= {"finished_at": now, "stop_reason": "cancelled"}
+    changed = session.execute(
+        update(Job).where(Job.id == job.id, Job.status == before).values(**values)
+    ).rowcount
+    session.refresh(job)
+    if not changed:  # it moved under us; decide again on the fresh state
+        return request_cancel(session, job)
+    add_transition(session, job.id, before, target, "cancel requested", job.attempt)
+    return job
+
+
+def finish_job(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    status: JobStatus,
+    *,
+    stop_reason: str | None,
+    reason: str,
+    error_code: str | None = None,
+    error: str | None = None,
+    result: Mapping[str, Any] | None = None,
+) -> bool:
+    """End our attempt; False when the job was no longer ours (another attempt owns it)."""
+    job = session.get(Job, job_id, populate_existing=True)
+    if job is None or job.attempt != attempt or job.status not in ACTIVE:
+        return False
+    if job.status == JobStatus.cancelling and status == JobStatus.succeeded:
+        # The cancel raced the last epoch: the user asked to stop, the work is complete.
+        reason = f"{reason} (cancel arrived after the last epoch)"
+    before, now = job.status, utcnow()
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt)
+        .values(
+            status=status,
+            stop_reason=stop_reason,
+            error_code=error_code,
+            error=error,
+            result=dict(result) if result is not None else job.result,
+            finished_at=now,
+            updated_at=now,
+            lease_expires_at=None,
+        )
+    )
+    add_transition(session, job_id, before, status, reason, attempt)
+    return True
+
+
+def requeue(session: Session, job: Job, reason: str) -> bool:
+    """Running -> queued for another attempt (the next claim bumps attempt)."""
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.attempt == job.attempt, Job.status.in_(ACTIVE))
+        .values(
+            status=JobStatus.queued, lease_expires_at=None, worker_name=None, dispatched_at=None
+        )
+    ).rowcount
+    if moved:
+        add_transition(session, job.id, job.status, JobStatus.queued, reason, job.attempt)
+    return bool(moved)
+
+
+def claim_dispatch(session: Session, job: Job) -> bool:
+    """Take the right to (re)send a queued job's message; one process wins per round."""
+    before = job.dispatched_at
+    condition = Job.dispatched_at.is_(None) if before is None else Job.dispatched_at == before
+    return bool(
+        session.execute(
+            update(Job)
+            .where(Job.id == job.id, Job.status == JobStatus.queued, condition)
+            .values(dispatched_at=utcnow())
+        ).rowcount
+    )
+
+
+def expired_leases(session: Session) -> Sequence[Job]:
+    query = select(Job).where(Job.status.in_(ACTIVE), Job.lease_expires_at < utcnow())
+    return session.scalars(query).all()
+
+
+def queued_jobs(session: Session) -> Sequence[Job]:
+    return session.scalars(select(Job).where(Job.status == JobStatus.queued)).all()
+
+
+def clean(value: Any) -> float | None:
+    """Non-finite metric values are stored and served as null, never break JSON."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def record_epoch(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    epoch: int,
+    logs: Mapping[str, Any],
+    best: tuple[int, float] | None = None,
+) -> bool:
+    """Upsert the epoch's row and progress, fenced by attempt; False if the job is not ours."""
+    owned = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
+        .values(
+            current_epoch=epoch,
+            **({"best_epoch": best[0], "best_metric": clean(best[1])} if best else {}),
+        )
+    ).rowcount
+    if not owned:
+        return False
+    values = {field: clean(logs.get(field)) for field in METRIC_FIELDS}
+    row = {"job_id": job_id, "epoch": epoch, "attempt": attempt, "recorded_at": utcnow(), **values}
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert(EpochMetric).values(**row)
+    statement = statement.on_conflict_do_update(
+        index_elements=["job_id", "epoch"],
+        set_={key: statement.excluded[key] for key in row if key not in ("job_id", "epoch")},
+    )
+    session.execute(statement)
+    return True
+
+
+def drop_metrics_after(session: Session, job_id: str, epoch: int) -> int:
+    """Forget rows past a checkpoint; a resumed attempt writes them again."""
+    gone = session.execute(
+        delete(EpochMetric).where(EpochMetric.job_id == job_id, EpochMetric.epoch > epoch)
+    ).rowcount
+    session.execute(update(Job).where(Job.id == job_id).values(current_epoch=epoch))
+    return gone
+
+
+def read_metrics(
+    session: Session, job_id: str, since_epoch: int = 0, limit: int = 1000
+) -> Sequence[EpochMetric]:
+    query = (
+        select(EpochMetric)
+        .where(EpochMetric.job_id == job_id, EpochMetric.epoch > since_epoch)
+        .order_by(EpochMetric.epoch)
+        .limit(limit)
+    )
+    return session.scalars(query).all()
+
+
+def live_workers(session: Session, within_seconds: float) -> Sequence[Worker]:
+    """Workers whose heartbeat is fresh."""
+    horizon = utcnow() - timedelta(seconds=within_seconds)
+    return session.scalars(select(Worker).where(Worker.heartbeat_at >= horizon)).all()
+
+
+def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None:
+    """Why a queued job has not started, in words a user can act on."""
+    if job.status != JobStatus.queued:
+        return None
+    workers = live_workers(session, within_seconds)
+    if not workers:
+        return "waiting for a worker: none is live"
+    largest = max(w.gpus for w in workers)
+    if largest < job.gpus:
+        return f"waiting for a worker with ≥ {job.gpus} GPUs; largest live worker has {largest}"
+    if all(w.current_job_id for w in workers if w.gpus >= job.gpus):
+        return "waiting for a free worker: every worker that fits is busy"
+    return "waiting to be picked up"
+
+
+def force_fail_queued(session: Session, job: Job, code: str, message: str) -> bool:
+    """Queued -> failed without running (queue timeout)."""
+    now = utcnow()
+    failed = session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.status == JobStatus.queued)
+        .values(
+            status=JobStatus.failed,
+            stop_reason=code,
+            error_code=code,
+            error=message,
+            finished_at=now,
+            updated_at=now,
+        )
+    ).rowcount
+    if failed:
+        add_transition(session, job.id, JobStatus.queued, JobStatus.failed, message, job.attempt)
+    return bool(failed)

@@ -1,0 +1,70 @@
+"""Errors as application/problem+json with a stable shape; never a stack trace over HTTP."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+PROBLEM = "application/problem+json"
+
+
+def problem(status: int, detail: str, errors: list[dict[str, Any]] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if errors is not None:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+
+def field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """Each offending field: where, what is wrong, the error type (no echo of the input)."""
+    out = []
+    for err in exc.errors():
+        loc = [str(part) for part in err.get("loc", ())]
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        out.append(
+            {
+                "loc": loc,
+                "field": ".".join(loc[1:] if loc[:1] == ["body"] else loc),
+                "msg": msg,
+                "type": str(err.get("type", "value_error")),
+            }
+        )
+    return out
+
+
+async def _validation(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = field_errors(exc)
+    detail = "; ".join(f"{e['field'] or 'body'}: {e['msg']}" for e in errors[:5])
+    return problem(422, detail, errors)
+
+
+async def _http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    response = problem(exc.status_code, str(exc.detail))
+    for key, value in (exc.headers or {}).items():
+        response.headers[key] = value
+    return response
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem(500, "internal error; the server log has the details")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)

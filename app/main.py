@@ -1,0 +1,46 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from app import errors
+from app.api.routes import health, jobs
+from app.config import get_settings
+from app.limits import BodySizeLimit
+from app.maintenance import MaintenanceThread
+
+
+@asynccontextmanager
+async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    # Reaping expired leases and re-sending lost messages runs in every API and worker
+    # process; each step is one conditional UPDATE, so running it in many places is harmless.
+    thread = MaintenanceThread(get_settings(), name="api-maintenance")
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.stop()
+
+
+def create_app() -> FastAPI:
+    settings = get_settings()
+    app = FastAPI(
+        title="epochal",
+        version="1",
+        description="Submit typed training jobs; a GPU worker trains them; poll per-epoch metrics.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    v1 = APIRouter(prefix="/v1")
+    v1.include_router(jobs.router)
+    app.include_router(v1)
+    app.include_router(health.router)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,107 @@
+"""Request and response shapes of the HTTP API (v1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TransitionPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    from_status: str | None
+    to_status: str
+    reason: str
+    attempt: int
+    at: datetime
+
+
+class JobPublic(BaseModel):
+    """A job as the API shows it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str
+    framework: str
+    status: str = Field(
+        description="queued | running | cancelling | succeeded | failed | cancelled"
+    )
+    stop_reason: str | None = Field(
+        None,
+        description="completed | early_stopping | cancelled | timeout | error | "
+        "non_finite_loss | worker_lost | queue_timeout",
+    )
+    attempt: int
+    epochs: int = Field(description="epochs the spec asks for")
+    current_epoch: int
+    best_epoch: int | None
+    best_metric: float | None
+    error_code: str | None
+    error: str | None
+    result: dict[str, Any] | None
+    wait_reason: str | None = Field(None, description="why a queued job has not started")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    spec: dict[str, Any]
+    tags: dict[str, str]
+    transitions: list[TransitionPublic]
+
+
+class JobSummary(BaseModel):
+    """A job in a list (no spec or transitions)."""
+
+    id: str
+    name: str
+    framework: str
+    status: str
+    stop_reason: str | None
+    attempt: int
+    epochs: int
+    current_epoch: int
+    best_epoch: int | None
+    best_metric: float | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    tags: dict[str, str]
+
+
+class JobsPublic(BaseModel):
+    items: list[JobSummary]
+    next_cursor: str | None = Field(None, description="pass as ?cursor= for the next page")
+
+
+class MetricRow(BaseModel):
+    """One epoch; values that were not finite are null."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    epoch: int
+    train_loss: float | None
+    train_accuracy: float | None
+    train_mae: float | None
+    val_loss: float | None
+    val_accuracy: float | None
+    val_mae: float | None
+    learning_rate: float | None
+    epoch_seconds: float | None
+    samples_per_second: float | None
+
+
+class MetricsPublic(BaseModel):
+    job_id: str
+    items: list[MetricRow]
+
+
+class Problem(BaseModel):
+    """An error (application/problem+json)."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, Any]] | None = None

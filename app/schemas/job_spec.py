@@ -1,0 +1,382 @@
+"""THE job spec (v1): the one contract between the API, the database and the worker.
+
+Pure Pydantic and the standard library, so the worker and the training child can import it
+without the web layer. Every number is bounded, unknown fields are rejected, and a field the
+engine cannot honour is rejected here with a message that says so, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+Framework = Literal["pytorch", "tensorflow"]
+Task = Literal["classification", "regression"]
+BuiltinDataset = Literal["fashion_mnist", "mnist", "digits", "synthetic"]
+Activation = Literal["relu", "tanh", "gelu", "sigmoid"]
+Mode = Literal["min", "max", "auto"]
+
+# (input shape, classes) of the built-in data sets; synthetic is sized by its own fields.
+BUILTIN_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "fashion_mnist": ((28, 28), 10),
+    "mnist": ((28, 28), 10),
+    "digits": ((8, 8), 10),
+}
+MAX_PARAMETERS = 50_000_000
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetSpec(_Spec):
+    """Which data, how it is split and normalized."""
+
+    name: BuiltinDataset | None = Field(None, description="A built-in data set; or give `id`.")
+    id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9-]+$",
+        description="An uploaded data set (POST /v1/datasets).",
+    )
+    validation_split: float = Field(0.1, ge=0.0, le=0.5, description="Fraction held out, by seed.")
+    normalize: Literal["unit", "standard", "none"] = Field(
+        "unit", description="unit: /255 (or /16 for digits); standard: train mean/std; none."
+    )
+    limit: int | None = Field(None, ge=10, le=10_000_000, description="Use the first N samples.")
+    samples: int | None = Field(None, ge=10, le=2_000_000, description="synthetic only")
+    features: int | None = Field(None, ge=1, le=4096, description="synthetic only")
+    classes: int | None = Field(None, ge=2, le=1000, description="synthetic only")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetSpec:
+        if (self.name is None) == (self.id is None):
+            raise ValueError("give exactly one of dataset.name (built-in) or dataset.id (upload)")
+        synthetic_fields = [f for f in ("samples", "features", "classes") if getattr(self, f)]
+        if synthetic_fields and self.name != "synthetic":
+            raise ValueError(f"{', '.join(synthetic_fields)} only apply to the synthetic data set")
+        return self
+
+
+class MLPSpec(_Spec):
+    """A multilayer perceptron; image inputs are flattened first."""
+
+    type: Literal["mlp"] = "mlp"
+    hidden_units: list[Annotated[int, Field(ge=1, le=8192)]] = Field(
+        default_factory=lambda: [128], max_length=16
+    )
+    activation: Activation = "relu"
+    dropout: float = Field(0.0, ge=0.0, le=0.9)
+    batch_norm: bool = False
+
+
+class CNNSpec(_Spec):
+    """Conv blocks (conv, activation, pool) then dense layers; for image data sets."""
+
+    type: Literal["cnn"] = "cnn"
+    conv_channels: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default_factory=lambda: [32, 64], min_length=1, max_length=6
+    )
+    kernel_size: int = Field(3, ge=1, le=11)
+    pool: Literal["max", "avg", "none"] = "max"
+    dense_units: list[Annotated[int, Field(ge=1, le=8192)]] = Field(
+        default_factory=lambda: [128], max_length=8
+    )
+    activation: Activation = "relu"
+    dropout: float = Field(0.0, ge=0.0, le=0.9)
+
+
+def _model_type(value: Any) -> str:
+    """`type` may be left out: an MLP is the default model."""
+    if isinstance(value, dict):
+        return str(value.get("type", "mlp"))
+    return str(getattr(value, "type", "mlp"))
+
+
+ModelSpec = Annotated[
+    Annotated[MLPSpec, Tag("mlp")] | Annotated[CNNSpec, Tag("cnn")],
+    Discriminator(_model_type),
+]
+
+
+class TrainingSpec(_Spec):
+    """How long and in what batches; batch_size is the global batch over all replicas."""
+
+    epochs: int = Field(10, ge=1, le=1000)
+    batch_size: int = Field(32, ge=1, le=65536)
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+    shuffle: bool = Field(True, description="Reshuffle the samples (not batches) every epoch.")
+
+
+class OptimizerSpec(_Spec):
+    """The optimizer; weight_decay is decoupled (AdamW) and differs from regularization.l2."""
+
+    name: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
+    learning_rate: float = Field(0.001, gt=0.0, le=10.0, allow_inf_nan=False)
+    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="sgd and rmsprop")
+    nesterov: bool = Field(False, description="sgd with momentum > 0")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="adamw only (decoupled)")
+
+    @model_validator(mode="after")
+    def _fields_apply(self) -> OptimizerSpec:
+        if self.momentum and self.name not in ("sgd", "rmsprop"):
+            raise ValueError(f"momentum applies to sgd and rmsprop, not {self.name}")
+        if self.nesterov and (self.name != "sgd" or self.momentum == 0):
+            raise ValueError("nesterov needs optimizer sgd with momentum > 0")
+        if self.weight_decay and self.name != "adamw":
+            raise ValueError(
+                "weight_decay is decoupled decay and only defined here for adamw; "
+                "for an L2 term in the loss use regularization.l2"
+            )
+        return self
+
+
+class RegularizationSpec(_Spec):
+    """An explicit loss term l2 * sum(w**2) over kernel weights (not biases), both frameworks."""
+
+    l2: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+
+
+class StepLRSpec(_Spec):
+    """lr = base * gamma ** (epoch_index // step_size), as torch's StepLR stepped per epoch."""
+
+    name: Literal["step"] = "step"
+    step_size: int = Field(1, ge=1, le=1000)
+    gamma: float = Field(0.1, gt=0.0, le=1.0)
+
+
+class ExponentialLRSpec(_Spec):
+    """lr = base * gamma ** epoch_index, as torch's ExponentialLR."""
+
+    name: Literal["exponential"] = "exponential"
+    gamma: float = Field(0.95, gt=0.0, le=1.0)
+
+
+class CosineLRSpec(_Spec):
+    """Linear warmup then cosine annealing to min_lr over t_max epochs (default: all)."""
+
+    name: Literal["cosine"] = "cosine"
+    t_max: int | None = Field(None, ge=1, le=1000)
+    min_lr: float = Field(0.0, ge=0.0, le=10.0)
+    warmup_epochs: int = Field(0, ge=0, le=1000)
+
+
+class ReduceOnPlateauSpec(_Spec):
+    """Multiply the rate by factor after `patience` epochs without improvement of monitor."""
+
+    name: Literal["reduce_on_plateau"] = "reduce_on_plateau"
+    monitor: str = Field("val_loss", max_length=32)
+    mode: Mode = "auto"
+    factor: float = Field(0.1, gt=0.0, lt=1.0)
+    patience: int = Field(10, ge=0, le=1000)
+    min_delta: float = Field(1e-4, ge=0.0, le=1e6)
+    cooldown: int = Field(0, ge=0, le=1000)
+    min_lr: float = Field(0.0, ge=0.0, le=10.0)
+
+
+LRSchedulerSpec = Annotated[
+    StepLRSpec | ExponentialLRSpec | CosineLRSpec | ReduceOnPlateauSpec,
+    Field(discriminator="name"),
+]
+
+
+class EarlyStoppingSpec(_Spec):
+    """Keras' EarlyStopping: stop after `patience` epochs without a min_delta improvement."""
+
+    monitor: str = Field("val_loss", max_length=32)
+    mode: Mode = "auto"
+    patience: int = Field(2, ge=0, le=1000)
+    min_delta: float = Field(0.0, ge=0.0, le=1e6)
+    restore_best_weights: bool = False
+    baseline: float | None = Field(None, allow_inf_nan=False)
+    start_from_epoch: int = Field(0, ge=0, le=1000)
+
+
+class ResourcesSpec(_Spec):
+    """Devices: gpus the worker must own, replicas (data parallel), strategy and precision."""
+
+    gpus: int = Field(0, ge=0, le=64)
+    replicas: int | None = Field(None, ge=1, le=64, description="default max(gpus, 1)")
+    strategy: Literal["auto", "single", "mirrored", "ddp"] = "auto"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+
+    @property
+    def replica_count(self) -> int:
+        return self.replicas or max(self.gpus, 1)
+
+
+SPEC_EXAMPLE: dict[str, Any] = {
+    "name": "fashion-dnn-l2",
+    "framework": "tensorflow",
+    "task": "classification",
+    "dataset": {"name": "fashion_mnist", "validation_split": 0.1},
+    "model": {"type": "mlp", "hidden_units": [128, 64], "activation": "relu"},
+    "training": {"epochs": 10, "batch_size": 32, "seed": 42},
+    "optimizer": {"name": "adam", "learning_rate": 0.001},
+    "regularization": {"l2": 0.001},
+    "early_stopping": {"monitor": "val_loss", "patience": 2, "restore_best_weights": True},
+    "tags": {"team": "vision"},
+}
+
+
+class JobSpec(_Spec):
+    """A training job: data, model and recipe; the same meaning in both frameworks."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, json_schema_extra={"examples": [SPEC_EXAMPLE]}
+    )
+
+    name: str = Field("job", min_length=1, max_length=128, pattern=r"^[\w.\- ]+$")
+    framework: Framework
+    task: Task = "classification"
+    dataset: DatasetSpec
+    model: ModelSpec = Field(default_factory=MLPSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    regularization: RegularizationSpec = Field(default_factory=RegularizationSpec)
+    lr_scheduler: LRSchedulerSpec | None = None
+    early_stopping: EarlyStoppingSpec | None = None
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    checkpoint_every_epochs: int = Field(1, ge=1, le=1000)
+    max_runtime_seconds: int = Field(86_400, ge=1, le=30 * 86_400)
+    max_queue_seconds: int | None = Field(None, ge=1, le=30 * 86_400)
+    max_restarts: int = Field(2, ge=0, le=10)
+    tags: dict[
+        Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.\-/]+$")],
+        Annotated[str, Field(max_length=256)],
+    ] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_are_plain(cls, tags: dict[str, str]) -> dict[str, str]:
+        return dict(sorted(tags.items()))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        _check_task_and_data(self)
+        _check_monitors(self)
+        _check_resources(self)
+        _check_model_fits(self)
+        return self
+
+
+def _check_task_and_data(spec: JobSpec) -> None:
+    ds = spec.dataset
+    if spec.task == "regression" and ds.name not in (None, "synthetic"):
+        raise ValueError(f"task regression needs a synthetic or uploaded data set, not {ds.name}")
+    if spec.task == "regression" and ds.classes:
+        raise ValueError("dataset.classes does not apply to task regression")
+    if spec.model.type == "cnn" and ds.name == "synthetic":
+        raise ValueError("model cnn needs image data (fashion_mnist, mnist, digits or an upload)")
+
+
+def monitor_names(spec: JobSpec) -> set[str]:
+    """The metric names a monitor may watch for this spec."""
+    metric = "accuracy" if spec.task == "classification" else "mae"
+    train = {"loss", metric}
+    if spec.dataset.validation_split > 0:
+        return train | {f"val_{m}" for m in train}
+    return train
+
+
+def _check_monitors(spec: JobSpec) -> None:
+    allowed = monitor_names(spec)
+    watchers = [("early_stopping", spec.early_stopping), ("lr_scheduler", spec.lr_scheduler)]
+    for field, watcher in watchers:
+        monitor = getattr(watcher, "monitor", None)
+        if monitor is not None and monitor not in allowed:
+            raise ValueError(
+                f"{field}.monitor {monitor!r} is not recorded for this job; "
+                f"choose one of {sorted(allowed)}"
+            )
+
+
+def _check_resources(spec: JobSpec) -> None:
+    res = spec.resources
+    replicas = res.replica_count
+    if res.gpus and replicas != res.gpus:
+        raise ValueError("with gpus > 0, replicas must equal gpus (one replica per GPU)")
+    if res.strategy == "single" and replicas > 1:
+        raise ValueError("strategy single runs one replica; set replicas to 1 or pick a strategy")
+    if res.strategy == "mirrored" and spec.framework != "tensorflow":
+        raise ValueError("strategy mirrored is TensorFlow's; PyTorch uses ddp")
+    if res.strategy == "ddp" and spec.framework != "pytorch":
+        raise ValueError("strategy ddp is PyTorch's; TensorFlow uses mirrored")
+    if spec.training.batch_size % replicas:
+        raise ValueError(
+            f"training.batch_size {spec.training.batch_size} (the global batch) must divide "
+            f"by the replica count {replicas}"
+        )
+    if res.precision == "fp16" and res.gpus == 0:
+        raise ValueError("precision fp16 needs a GPU; on CPU use fp32 or bf16")
+
+
+def input_shape_and_classes(spec: JobSpec) -> tuple[tuple[int, ...], int] | None:
+    """Shape of one sample and the class count, when known without reading the data."""
+    ds = spec.dataset
+    if ds.name in BUILTIN_SHAPES:
+        return BUILTIN_SHAPES[ds.name]
+    if ds.name == "synthetic":
+        classes = 1 if spec.task == "regression" else (ds.classes or 10)
+        return (ds.features or 32,), classes
+    return None
+
+
+def count_parameters(model: MLPSpec | CNNSpec, shape: tuple[int, ...], outputs: int) -> int:
+    """Trainable parameters of the model the spec describes (same count in both back-ends)."""
+    if isinstance(model, MLPSpec):
+        widths = [math.prod(shape), *model.hidden_units, outputs]
+        total = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+        return total + 2 * sum(model.hidden_units) * model.batch_norm
+    height, width = (shape + (1, 1))[:2]
+    channels, total = (shape[2] if len(shape) > 2 else 1), 0
+    for out in model.conv_channels:
+        total += model.kernel_size**2 * channels * out + out
+        channels = out
+        if model.pool != "none":
+            height, width = height // 2, width // 2
+    widths = [height * width * channels, *model.dense_units, outputs]
+    return total + sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+
+
+def _check_model_fits(spec: JobSpec) -> None:
+    known = input_shape_and_classes(spec)
+    if known is None:
+        return
+    shape, classes = known
+    check_model_for_data(spec.model, shape, classes)
+
+
+def check_model_for_data(model: MLPSpec | CNNSpec, shape: tuple[int, ...], outputs: int) -> int:
+    """Raise ValueError when the model cannot take this input or is too large; else its size."""
+    if isinstance(model, CNNSpec):
+        if len(shape) < 2:
+            raise ValueError(f"model cnn needs image samples; this data set has shape {shape}")
+        blocks = len(model.conv_channels) if model.pool != "none" else 0
+        if min(shape[:2]) // 2**blocks < 1:
+            raise ValueError(
+                f"{len(model.conv_channels)} pooled conv blocks shrink {shape[0]}x{shape[1]} "
+                "images to nothing; use fewer conv_channels or pool none"
+            )
+    params = count_parameters(model, shape, outputs)
+    if params > MAX_PARAMETERS:
+        raise ValueError(f"the model has {params:,} parameters; the limit is {MAX_PARAMETERS:,}")
+    return params
+
+
+def resolved_mode(monitor: str, mode: Mode) -> Literal["min", "max"]:
+    """Keras' rule for mode auto: accuracy-like monitors are maximized, the rest minimized."""
+    if mode != "auto":
+        return mode
+    return "max" if "acc" in monitor else "min"

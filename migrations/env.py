@@ -1,0 +1,29 @@
+"""Alembic environment: the URL comes from EPOCHAL_DATABASE_URL (or the embedded default)."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from app.config import get_settings
+from app.db import make_engine
+from app.models import Base
+
+target_metadata = Base.metadata
+
+
+def run_migrations_online() -> None:
+    url = context.config.get_main_option("sqlalchemy.url") or get_settings().sqlalchemy_url
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=connection.dialect.name == "sqlite",  # ALTER on SQLite
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+run_migrations_online()

@@ -1,0 +1,127 @@
+"""The HTTP contract, in-process against a real SQLite database and filesystem broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app import crud
+from app.db import session_scope
+
+
+@pytest.fixture
+def client(db_env: dict[str, str]) -> Iterator[TestClient]:
+    from app.main import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+BODY = {
+    "framework": "pytorch",
+    "dataset": {"name": "digits"},
+    "training": {"epochs": 3},
+    "tags": {"team": "vision"},
+}
+
+
+def test_submit_returns_the_job_with_defaults_and_queues_it(
+    client: TestClient, db_env: dict[str, str]
+) -> None:
+    response = client.post("/v1/jobs", json=BODY)
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "queued" and job["attempt"] == 0 and job["epochs"] == 3
+    assert job["spec"]["optimizer"] == {
+        "name": "adam",
+        "learning_rate": 0.001,
+        "momentum": 0.0,
+        "nesterov": False,
+        "weight_decay": 0.0,
+    }
+    assert job["transitions"][0]["to_status"] == "queued" and job["tags"] == {"team": "vision"}
+    assert job["wait_reason"] == "waiting for a worker: none is live"
+    with session_scope() as session:  # committed, and its message was published
+        stored = crud.get_job(session, job["id"])
+        assert stored is not None and stored.dispatched_at is not None
+    if "EPOCHAL_BROKER_URL" not in db_env:
+        queue = Path(db_env["EPOCHAL_HOME"]) / "broker" / "queue"
+        assert any(job["id"] in p.read_text() for p in queue.iterdir())
+
+
+def test_validation_errors_are_problem_json_naming_the_field(client: TestClient) -> None:
+    response = client.post("/v1/jobs", json={**BODY, "training": {"epochs": 0}})
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert problem["status"] == 422 and "training.epochs" in problem["detail"]
+    assert problem["errors"][0]["field"] == "training.epochs"
+    assert "Traceback" not in response.text
+
+
+@pytest.mark.parametrize("raw", [b"{", b"[]", b'"x"', b"null", b'{"framework": NaN}'])
+def test_malformed_bodies_are_4xx(client: TestClient, raw: bytes) -> None:
+    response = client.post("/v1/jobs", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+
+
+def test_oversize_body_is_413(client: TestClient) -> None:
+    response = client.post("/v1/jobs", json={**BODY, "name": "x" * 2_000_000})
+    assert response.status_code == 413
+    chunks = iter(
+        [b'{"name": "', b"x" * 2_000_000, b'"}']
+    )  # no Content-Length: counted as it streams
+    response = client.post("/v1/jobs", content=chunks, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+
+
+def test_unknown_ids_are_404_and_cancel_rules(client: TestClient) -> None:
+    assert client.get("/v1/jobs/nope").status_code == 404
+    assert client.get("/v1/jobs/nope/metrics").status_code == 404
+    job = client.post("/v1/jobs", json=BODY).json()
+    cancelled = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 409
+
+
+def test_list_filters_and_pages(client: TestClient) -> None:
+    ids = [
+        client.post("/v1/jobs", json={**BODY, "framework": fw}).json()["id"]
+        for fw in ("pytorch", "tensorflow", "pytorch")
+    ]
+    page = client.get("/v1/jobs", params={"limit": 2}).json()
+    rest = client.get("/v1/jobs", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert [j["id"] for j in page["items"] + rest["items"]] == ids[::-1] and rest[
+        "next_cursor"
+    ] is None
+    tf_jobs = client.get("/v1/jobs", params={"framework": "tensorflow"}).json()["items"]
+    assert [j["id"] for j in tf_jobs] == [ids[1]]
+    assert client.get("/v1/jobs", params={"status": "bogus"}).status_code == 422
+    assert client.get("/v1/jobs", params={"cursor": "garbage"}).status_code == 422
+
+
+def test_metrics_endpoint_serves_rows_since_epoch(client: TestClient) -> None:
+    job_id = client.post("/v1/jobs", json=BODY).json()["id"]
+    with session_scope() as session:
+        crud.claim_job(session, job_id, "w", 30)
+    with session_scope() as session:
+        for epoch in (1, 2, 3):
+            crud.record_epoch(
+                session, job_id, 1, epoch, {"train_loss": 1.0 / epoch, "val_loss": float("nan")}
+            )
+    body = client.get(f"/v1/jobs/{job_id}/metrics", params={"since_epoch": 1}).json()
+    assert body["job_id"] == job_id and [r["epoch"] for r in body["items"]] == [2, 3]
+    assert body["items"][0]["val_loss"] is None and body["items"][0]["train_loss"] == 0.5
+
+
+def test_health_and_readiness(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert (
+        ready.status_code == 200
+        and ready.json()["database"] == "ok"
+        and ready.json()["broker"] == "ok"
+    )

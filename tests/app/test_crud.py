@@ -1,0 +1,150 @@
+"""The job state machine and metrics upsert, on SQLite and on real PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import update
+
+from app import crud
+from app.db import session_scope
+from app.maintenance import reap_lost_workers
+from app.models import Job, JobStatus, utcnow
+from app.schemas.job_spec import JobSpec
+
+SPEC = JobSpec.model_validate(
+    {"framework": "pytorch", "dataset": {"name": "digits"}, "max_restarts": 1}
+)
+
+
+def new_job() -> str:
+    with session_scope() as session:
+        return crud.create_job(session, SPEC, "gpus-0").id
+
+
+def claim(job_id: str, worker: str = "w1") -> Job | None:
+    with session_scope() as session:
+        return crud.claim_job(session, job_id, worker, lease_seconds=30)
+
+
+def status_of(job_id: str) -> Job:
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        return job
+
+
+def test_claim_is_won_once(db_env: dict[str, str]) -> None:
+    job_id = new_job()
+    first, second = claim(job_id, "w1"), claim(job_id, "w2")
+    assert first is not None and first.attempt == 1 and first.worker_name == "w1"
+    assert second is None  # a redelivered message finds the job taken
+    assert status_of(job_id).status == JobStatus.running
+
+
+def test_cancel_queued_never_runs_and_finished_is_conflict(db_env: dict[str, str]) -> None:
+    job_id = new_job()
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        crud.request_cancel(session, job)
+    assert status_of(job_id).status == JobStatus.cancelled
+    assert claim(job_id) is None
+    with session_scope() as session, pytest.raises(crud.Conflict):
+        crud.request_cancel(session, crud.get_job(session, job_id))  # type: ignore[arg-type]
+
+
+def test_cancel_running_goes_through_cancelling(db_env: dict[str, str]) -> None:
+    job_id = new_job()
+    claim(job_id)
+    with session_scope() as session:
+        crud.request_cancel(session, crud.get_job(session, job_id))  # type: ignore[arg-type]
+    assert status_of(job_id).status == JobStatus.cancelling
+    with session_scope() as session:
+        assert crud.finish_job(
+            session, job_id, 1, JobStatus.cancelled, stop_reason="cancelled", reason="stopped"
+        )
+        transitions = [(t.from_status, t.to_status) for t in crud.transitions(session, job_id)]
+    assert transitions == [
+        (None, "queued"),
+        ("queued", "running"),
+        ("running", "cancelling"),
+        ("cancelling", "cancelled"),
+    ]
+
+
+def test_finish_is_fenced_by_attempt(db_env: dict[str, str]) -> None:
+    job_id = new_job()
+    claim(job_id)
+    with session_scope() as session:
+        assert not crud.finish_job(
+            session, job_id, 2, JobStatus.succeeded, stop_reason="completed", reason="x"
+        )
+        assert crud.finish_job(
+            session, job_id, 1, JobStatus.succeeded, stop_reason="completed", reason="x"
+        )
+        assert not crud.finish_job(
+            session, job_id, 1, JobStatus.failed, stop_reason="error", reason="late"
+        )
+    assert status_of(job_id).status == JobStatus.succeeded
+
+
+def test_metrics_upsert_replaces_and_nulls_non_finite(db_env: dict[str, str]) -> None:
+    job_id = new_job()
+    claim(job_id)
+    with session_scope() as session:
+        assert crud.record_epoch(session, job_id, 1, 1, {"train_loss": 2.0, "val_loss": math.nan})
+        assert crud.record_epoch(session, job_id, 1, 2, {"train_loss": math.inf})
+        assert crud.record_epoch(
+            session, job_id, 1, 1, {"train_loss": 1.5, "val_loss": 1.0}, best=(1, 1.0)
+        )
+        assert not crud.record_epoch(session, job_id, 7, 3, {"train_loss": 1.0})  # not our attempt
+    with session_scope() as session:
+        rows = crud.read_metrics(session, job_id)
+        assert [(r.epoch, r.train_loss, r.val_loss) for r in rows] == [
+            (1, 1.5, 1.0),
+            (2, None, None),
+        ]
+        assert [r.epoch for r in crud.read_metrics(session, job_id, since_epoch=1)] == [2]
+        assert crud.drop_metrics_after(session, job_id, 1) == 1
+    assert status_of(job_id).best_epoch == 1 and status_of(job_id).current_epoch == 1
+
+
+def expire_lease(job_id: str) -> None:
+    with session_scope() as session:
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+
+
+def test_lost_worker_is_requeued_then_failed_after_max_restarts(db_env: dict[str, str]) -> None:
+    job_id = new_job()  # max_restarts=1: two attempts in all
+    claim(job_id)
+    expire_lease(job_id)
+    with session_scope() as session:
+        assert reap_lost_workers(session) == 1
+    assert status_of(job_id).status == JobStatus.queued
+    assert claim(job_id).attempt == 2  # type: ignore[union-attr]
+    expire_lease(job_id)
+    with session_scope() as session:
+        assert reap_lost_workers(session) == 1
+    job = status_of(job_id)
+    assert (job.status, job.stop_reason, job.attempt) == (JobStatus.failed, "worker_lost", 2)
+
+
+def test_list_is_newest_first_with_cursor_and_filters(db_env: dict[str, str]) -> None:
+    ids = [new_job() for _ in range(5)]
+    claim(ids[0])
+    with session_scope() as session:
+        page1, cursor = crud.list_jobs(session, limit=2)
+        page2, cursor2 = crud.list_jobs(session, limit=2, cursor=cursor)
+        page3, cursor3 = crud.list_jobs(session, limit=2, cursor=cursor2)
+        running, _ = crud.list_jobs(session, limit=10, status="running")
+        with pytest.raises(ValueError):
+            crud.list_jobs(session, limit=2, cursor="not-a-cursor")
+    assert [j.id for j in page1 + page2 + page3] == ids[::-1] and cursor3 is None
+    assert [j.id for j in running] == [ids[0]]

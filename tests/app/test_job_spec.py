@@ -1,0 +1,140 @@
+"""The job spec: defaults, bounds on every number, and clear errors for what cannot work."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from app.schemas.job_spec import SPEC_EXAMPLE, JobSpec, count_parameters
+
+MINIMAL = {"framework": "pytorch", "dataset": {"name": "digits"}}
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    body = copy.deepcopy(MINIMAL)
+    for dotted, value in overrides.items():
+        target = body
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[leaf] = value
+    return body
+
+
+def error_of(body: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as info:
+        JobSpec.model_validate(body)
+    return str(info.value)
+
+
+def test_minimal_spec_gets_documented_defaults() -> None:
+    job = JobSpec.model_validate(MINIMAL)
+    assert job.task == "classification"
+    assert job.training.epochs == 10 and job.training.batch_size == 32 and job.training.shuffle
+    assert job.optimizer.name == "adam" and job.optimizer.learning_rate == 0.001
+    assert job.dataset.validation_split == 0.1 and job.model.type == "mlp"
+    assert job.early_stopping is None and job.resources.replica_count == 1
+
+
+def test_the_example_and_both_seeds_are_expressible() -> None:
+    JobSpec.model_validate(SPEC_EXAMPLE)
+    tf_seed = JobSpec.model_validate(
+        {
+            "framework": "tensorflow",
+            "dataset": {"name": "fashion_mnist"},
+            "model": {"type": "mlp", "hidden_units": [128, 64]},
+            "regularization": {"l2": 0.001},
+            "training": {"epochs": 5, "batch_size": 32},
+            "early_stopping": {"monitor": "val_loss", "patience": 2},
+        }
+    )
+    torch_seed = JobSpec.model_validate(
+        {
+            "framework": "pytorch",
+            "dataset": {"name": "mnist", "normalize": "standard"},
+            "model": {"type": "mlp", "hidden_units": [128]},
+            "training": {"epochs": 5, "batch_size": 64},
+            "lr_scheduler": {"name": "step", "step_size": 1, "gamma": 0.1},
+        }
+    )
+    assert (
+        count_parameters(tf_seed.model, (28, 28), 10)
+        == 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10
+    )
+    assert count_parameters(torch_seed.model, (28, 28), 10) == 784 * 128 + 128 + 128 * 10 + 10
+
+
+def test_round_trips_through_json() -> None:
+    job = JobSpec.model_validate(SPEC_EXAMPLE)
+    assert JobSpec.model_validate_json(job.model_dump_json()) == job
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"training__epochs": 0}, "greater than or equal to 1"),
+        ({"training__epochs": 1001}, "less than or equal to 1000"),
+        ({"training__batch_size": 0}, "greater than or equal to 1"),
+        ({"training__batch_size": 10**7}, "less than or equal to 65536"),
+        ({"optimizer__learning_rate": 0}, "greater than 0"),
+        ({"optimizer__learning_rate": "NaN"}, "finite number"),
+        ({"optimizer__learning_rate": float("inf")}, "finite number"),
+        ({"model__hidden_units": [10**6]}, "less than or equal to 8192"),
+        ({"model__hidden_units": [8] * 17}, "at most 16 items"),
+        ({"model__dropout": 1.0}, "less than or equal to 0.9"),
+        ({"dataset__validation_split": 0.9}, "less than or equal to 0.5"),
+        ({"regularization__l2": -1}, "greater than or equal to 0"),
+        ({"early_stopping": {"patience": -1}}, "greater than or equal to 0"),
+        ({"tags": {f"k{i}": "v" for i in range(33)}}, "at most 32 items"),
+        ({"tags": {"k": "v" * 300}}, "at most 256 characters"),
+        ({"max_restarts": 11}, "less than or equal to 10"),
+    ],
+)
+def test_every_number_is_bounded(overrides: dict[str, Any], message: str) -> None:
+    assert message in error_of(spec(**overrides))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"surprise": 1}, "Extra inputs are not permitted"),
+        ({"optimizer__betas": [0.9, 0.99]}, "Extra inputs are not permitted"),
+        ({"framework": "jax"}, "'pytorch' or 'tensorflow'"),
+        ({"dataset": {"name": "../../etc/passwd"}}, "Input should be"),
+        ({"dataset": {"name": "digits", "id": "abc"}}, "exactly one of dataset.name"),
+        ({"dataset": {"id": "../x"}}, "String should match pattern"),
+        ({"dataset": {"name": "digits", "samples": 100}}, "only apply to the synthetic"),
+        ({"optimizer__momentum": 0.9}, "momentum applies to sgd and rmsprop"),
+        ({"optimizer__weight_decay": 0.01}, "use regularization.l2"),
+        ({"optimizer": {"name": "sgd", "nesterov": True}}, "nesterov needs"),
+        ({"early_stopping": {"monitor": "val_f1"}}, "is not recorded for this job"),
+        (
+            {"early_stopping": {"monitor": "val_loss"}, "dataset__validation_split": 0},
+            "is not recorded",
+        ),
+        ({"task": "regression"}, "task regression needs a synthetic or uploaded"),
+        ({"resources": {"strategy": "mirrored", "replicas": 2}}, "mirrored is TensorFlow's"),
+        (
+            {"resources": {"replicas": 2}, "training__batch_size": 33},
+            "must divide by the replica count",
+        ),
+        ({"resources": {"precision": "fp16"}}, "fp16 needs a GPU"),
+        ({"model": {"type": "cnn", "conv_channels": [8, 8, 8, 8]}}, "shrink 8x8 images to nothing"),
+        ({"model": {"type": "mlp", "hidden_units": [8192, 8192]}}, "the limit is"),
+    ],
+)
+def test_what_cannot_work_is_rejected_with_a_reason(
+    overrides: dict[str, Any], message: str
+) -> None:
+    assert message in error_of(spec(**overrides))
+
+
+def test_mode_auto_and_monitors_follow_the_task() -> None:
+    regression = spec(
+        task="regression", dataset={"name": "synthetic"}, early_stopping={"monitor": "val_mae"}
+    )
+    assert JobSpec.model_validate(regression).early_stopping is not None
+    assert "is not recorded" in error_of(spec(early_stopping={"monitor": "val_mae"}))

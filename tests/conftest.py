@@ -1,0 +1,108 @@
+"""Shared fixtures: isolated settings, real PostgreSQL and Redis, and a live service.
+
+The real-service fixtures fail (never skip) when PostgreSQL or Redis cannot be reached: CI must
+not go green without having talked to them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    clear_caches,
+    configure,
+    create_pg_database,
+    drop_pg_database,
+    migrate,
+    migrate_in_subprocess,
+    pick_redis_db,
+)
+
+PG_ADMIN = os.environ.get(
+    "EPOCHAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    """Settings, engines and the producer are per process; tests switch them, so reset after."""
+    yield
+    clear_caches()
+
+
+@pytest.fixture
+def sqlite_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A migrated SQLite database and filesystem broker under tmp_path (the embedded default)."""
+    env = {"EPOCHAL_HOME": str(tmp_path / "home")}
+    configure(monkeypatch, env)
+    migrate()
+    yield env
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test run, dropped at the end."""
+    name = f"epochal_test_{secrets.token_hex(4)}"
+    url = create_pg_database(PG_ADMIN, name)
+    yield url
+    drop_pg_database(PG_ADMIN, name)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """An empty Redis DB number of its own for this run, flushed at the end."""
+    url, client = pick_redis_db(REDIS)
+    yield url
+    client.flushdb()
+
+
+@pytest.fixture
+def pg_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_database: str, redis_url: str
+) -> Iterator[dict[str, str]]:
+    """Production-like settings: PostgreSQL + Redis, schema migrated, tables emptied after."""
+    env = {
+        "EPOCHAL_HOME": str(tmp_path / "home"),
+        "EPOCHAL_DATABASE_URL": pg_database,
+        "EPOCHAL_BROKER_URL": redis_url,
+    }
+    configure(monkeypatch, env)
+    migrate()
+    yield env
+    from tests.helpers import truncate_all
+
+    truncate_all()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Each test that takes it runs on the embedded default and on PostgreSQL + Redis."""
+    return request.getfixturevalue("sqlite_env" if request.param == "sqlite" else "pg_env")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def service_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """Settings for a live service, embedded or PostgreSQL + Redis, each with its own storage."""
+    home = tmp_path_factory.mktemp(f"svc-{request.param}") / "home"
+    env = {"EPOCHAL_HOME": str(home)}
+    cleanup = []
+    if request.param == "postgres":
+        name = f"epochal_e2e_{secrets.token_hex(4)}"
+        url, client = pick_redis_db(REDIS)
+        env |= {
+            "EPOCHAL_DATABASE_URL": create_pg_database(PG_ADMIN, name),
+            "EPOCHAL_BROKER_URL": url,
+        }
+        cleanup += [client.flushdb, lambda: drop_pg_database(PG_ADMIN, name)]
+    migrate_in_subprocess(env)
+    yield env
+    for step in cleanup:
+        step()

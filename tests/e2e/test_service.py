@@ -1,0 +1,121 @@
+"""End to end with real processes: uvicorn API, Celery worker, training child, real broker and
+database — on the embedded default (SQLite + filesystem broker) and on PostgreSQL + Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import Service, running_service, wait_for_status, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def service(service_env: dict[str, str]) -> Iterator[Service]:
+    with running_service(service_env) as svc:
+        yield svc
+
+
+@pytest.fixture
+def client(service: Service) -> Iterator[httpx.Client]:
+    with service.client() as c:
+        yield c
+
+
+def submit(client: httpx.Client, **spec: Any) -> dict[str, Any]:
+    body = {"dataset": {"name": "digits"}, **spec}
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def epochs_of(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    return client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_digits_job_trains_for_real(client: httpx.Client, framework: str) -> None:
+    job = submit(
+        client,
+        framework=framework,
+        training={"epochs": 8, "batch_size": 32},
+        model={"hidden_units": [128, 64]},
+        regularization={"l2": 0.0001},
+    )
+    done = wait_for_status(client, job["id"], {"succeeded", "failed"})
+    assert done["status"] == "succeeded", done["error"]
+    assert done["stop_reason"] == "completed" and done["attempt"] == 1
+    assert done["result"]["val_accuracy"] >= 0.90
+    rows = epochs_of(client, job["id"])
+    assert [r["epoch"] for r in rows] == list(range(1, 9))  # exactly one row per epoch
+    assert all(r["learning_rate"] == 0.001 and r["samples_per_second"] > 0 for r in rows)
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    statuses = [t["to_status"] for t in done["transitions"]]
+    assert statuses == ["queued", "running", "succeeded"]
+
+
+def keras_stop_epoch(values: list[float], patience: int, min_delta: float) -> int:
+    """Where keras.callbacks.EarlyStopping would have stopped on this sequence."""
+    import keras
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    callback = keras.callbacks.EarlyStopping(
+        monitor="val_loss", patience=patience, min_delta=min_delta
+    )
+    callback.set_model(model)
+    model.stop_training = False
+    callback.on_train_begin()
+    for epoch, value in enumerate(values):
+        callback.on_epoch_end(epoch, {"val_loss": value})
+        if model.stop_training:
+            return epoch + 1
+    return len(values)
+
+
+def test_early_stopping_stops_where_keras_says(client: httpx.Client) -> None:
+    job = submit(
+        client,
+        framework="pytorch",
+        training={"epochs": 30},
+        early_stopping={"monitor": "val_loss", "patience": 1, "min_delta": 0.02},
+    )
+    done = wait_for_status(client, job["id"], {"succeeded", "failed"})
+    rows = epochs_of(client, job["id"])
+    assert done["status"] == "succeeded" and done["stop_reason"] == "early_stopping"
+    assert len(rows) < 30
+    assert len(rows) == keras_stop_epoch([r["val_loss"] for r in rows], patience=1, min_delta=0.02)
+
+
+def test_cancel_running_job_keeps_finished_epochs(client: httpx.Client) -> None:
+    job = submit(
+        client,
+        framework="pytorch",
+        dataset={"name": "synthetic", "samples": 50000},
+        training={"epochs": 200, "batch_size": 16},
+    )
+    wait_until(lambda: len(epochs_of(client, job["id"])) >= 1, 120, "the first epoch")
+    response = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert response.status_code == 200 and response.json()["status"] in ("cancelling", "cancelled")
+    done = wait_for_status(client, job["id"], {"cancelled", "failed", "succeeded"}, timeout=60)
+    assert done["status"] == "cancelled" and done["stop_reason"] == "cancelled"
+    rows = epochs_of(client, job["id"])
+    assert 1 <= len(rows) < 200 and [r["epoch"] for r in rows] == list(range(1, len(rows) + 1))
+    assert "cancelling" in [t["to_status"] for t in done["transitions"]]
+
+
+def test_queued_job_cancelled_while_no_worker_runs_never_runs(
+    service: Service, client: httpx.Client
+) -> None:
+    service.stop("worker")
+    job = submit(client, framework="pytorch", training={"epochs": 1})
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
+    service.start_worker("worker")
+    follow = submit(client, framework="pytorch", training={"epochs": 1})
+    assert wait_for_status(client, follow["id"], {"succeeded"})["status"] == "succeeded"
+    cancelled = client.get(f"/v1/jobs/{job['id']}").json()
+    assert cancelled["status"] == "cancelled" and cancelled["attempt"] == 0
+    assert epochs_of(client, job["id"]) == []

@@ -1,0 +1,203 @@
+"""Test plumbing: settings switching, databases, and starting the real service processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import sqlalchemy as sa
+
+from app.config import get_settings
+from app.db import reset_engines
+from app.queue import producer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def configure(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """Point this process's settings, engines and producer at `env`."""
+    for key in ("EPOCHAL_DATABASE_URL", "EPOCHAL_BROKER_URL", "EPOCHAL_HOME"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    clear_caches()
+
+
+def clear_caches() -> None:
+    get_settings.cache_clear()
+    producer.cache_clear()
+    reset_engines()
+
+
+def migrate() -> None:
+    from alembic import command
+
+    from app.cli import alembic_config
+
+    get_settings().resolved_home.mkdir(parents=True, exist_ok=True)
+    command.upgrade(alembic_config(), "head")
+
+
+def migrate_in_subprocess(env: dict[str, str]) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "app.cli", "migrate"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
+
+
+def create_pg_database(admin_url: str, name: str) -> str:
+    try:
+        engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        engine.dispose()
+    except sa.exc.OperationalError as exc:
+        pytest.fail(f"PostgreSQL is required for these tests and is not reachable: {exc}")
+    return str(
+        sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    )
+
+
+def drop_pg_database(admin_url: str, name: str) -> None:
+    reset_engines()
+    engine = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    engine.dispose()
+
+
+def pick_redis_db(base: str) -> tuple[str, redis.Redis]:
+    """An empty DB number (1-15) that no other run is using."""
+    for number in list(range(1, 16)):
+        client = redis.Redis.from_url(f"{base}/{number}")
+        try:
+            if client.dbsize() == 0 and client.set("epochal-test-lock", os.getpid(), nx=True):
+                return f"{base}/{number}", client
+        except redis.exceptions.ConnectionError as exc:
+            pytest.fail(f"Redis is required for these tests and is not reachable: {exc}")
+    pytest.fail("no empty Redis DB number left (1-15)")
+
+
+def truncate_all() -> None:
+    from app.db import get_engine
+    from app.models import Base
+
+    with get_engine().begin() as conn:
+        for table in reversed(Base.metadata.sorted_tables):
+            conn.execute(table.delete())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Service:
+    """A live API (uvicorn) and worker (Celery) started as real processes."""
+
+    env: dict[str, str]
+    url: str
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: Path = ROOT / "test-artifacts"
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def start_api(self) -> None:
+        self._spawn(
+            "api", [sys.executable, "-m", "app.cli", "api", "--port", self.url.rsplit(":", 1)[1]]
+        )
+        wait_until(lambda: _ok(self.url + "/healthz"), 30, "the API to answer /healthz")
+
+    def start_worker(self, name: str = "worker", extra_env: dict[str, str] | None = None) -> None:
+        node = f"{name}-{os.getpid()}@%h"
+        self._spawn(name, [sys.executable, "-m", "app.cli", "worker", "--name", node], extra_env)
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        proc = self.processes.pop(name, None)
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
+    def _spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
+        self.logs.mkdir(exist_ok=True)
+        log = open(self.logs / f"{Path(self.env['EPOCHAL_HOME']).parent.name}-{name}.log", "ab")  # noqa: SIM115
+        env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+        self.processes[name] = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@contextmanager
+def running_service(env: dict[str, str], worker: bool = True, **settings: str) -> Iterator[Service]:
+    """API + worker against the given settings (fast heartbeats so tests stay short)."""
+    full_env = {
+        "EPOCHAL_HEARTBEAT_SECONDS": "1",
+        "EPOCHAL_MAINTENANCE_SECONDS": "1",
+        **env,
+        **settings,
+    }
+    service = Service(full_env, f"http://127.0.0.1:{free_port()}")
+    try:
+        service.start_api()
+        if worker:
+            service.start_worker()
+        yield service
+    finally:
+        service.stop_all()
+
+
+def wait_for_status(
+    client: httpx.Client, job_id: str, statuses: set[str], timeout: float = 180
+) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        return job if job["status"] in statuses else None
+
+    return wait_until(done, timeout, f"job {job_id} to reach {statuses}", interval=0.3)

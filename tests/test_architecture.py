@@ -1,0 +1,28 @@
+"""The import rules of DESIGN §2, enforced (import-linter contracts in pyproject.toml)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_import_contracts_hold() -> None:
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_api_process_never_loads_a_framework_or_the_worker() -> None:
+    code = (
+        "import sys, app.main, app.cli; "
+        "bad = [m for m in ('torch', 'tensorflow', 'keras', 'worker') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

@@ -1,0 +1,55 @@
+"""The Celery worker application: JSON only, one job at a time, early recovery by lease.
+
+Start with `epochal worker`, which picks the queues this worker's GPUs can serve.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, signals
+
+from app.config import get_settings
+from app.db import reset_engines
+from app.maintenance import MaintenanceThread
+from app.queue import celery_config
+from worker import workers
+
+celery_app = Celery("epochal-worker", include=["worker.tasks"])
+celery_app.conf.update(celery_config(get_settings()))
+celery_app.conf.update(
+    task_acks_late=True,  # a message is acked when its task ends; the DB claim stops duplicates
+    task_reject_on_worker_lost=False,  # the lease reaper recovers, bounded by attempts (P3)
+    worker_prefetch_multiplier=1,  # reserve one job, not four (P5)
+    worker_concurrency=1,
+    worker_cancel_long_running_tasks_on_connection_loss=True,  # P6
+    worker_hijack_root_logger=False,
+    task_track_started=False,
+)
+
+_threads: list[Any] = []
+
+
+@signals.worker_process_init.connect
+def _fresh_engine_after_fork(**_: Any) -> None:
+    reset_engines()  # a pool child must not share the parent's DB connections (P39)
+
+
+@signals.worker_ready.connect
+def _start_background(sender: Any = None, **_: Any) -> None:
+    settings = get_settings()
+    name = sender.hostname if sender is not None else workers.worker_name(settings)
+    devices = workers.describe_gpus(settings.worker_gpu_ids)
+    heartbeat = workers.HeartbeatThread(name, devices)
+    maintenance = MaintenanceThread(settings, name="worker-maintenance")
+    for thread in (heartbeat, maintenance):
+        thread.start()
+        _threads.append(thread)
+
+
+@signals.worker_shutdown.connect
+def _stop_background(sender: Any = None, **_: Any) -> None:
+    for thread in _threads:
+        thread.stop()
+    if sender is not None:
+        workers.forget(sender.hostname)

@@ -1,0 +1,147 @@
+"""The training child: `python -m worker.launch JOB_ID --attempt N [--rank R]`.
+
+Started (and watched) by worker.runner, never imported by the Celery process: the framework is
+imported here, in a fresh process per attempt, so GPU memory, TensorFlow strategies and CUDA
+state die with it (reference/reliability.md P12-P16). A PyTorch DDP job starts one such process
+per rank from here; they share a process group, so a stop signal reaches every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from app.config import get_settings
+from app.schemas.job_spec import JobSpec
+from worker.outcome import Outcome, write_outcome
+from worker.training.backend import Placement
+from worker.training.callbacks import TrainState
+
+log = logging.getLogger("epochal.child")
+STOP_SIGNAL = signal.SIGUSR1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL us if our supervisor dies, so no orphan keeps training."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def stop_request_path(workdir: Path, attempt: int) -> Path:
+    return workdir / f"stop-{attempt}"
+
+
+def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
+    """On STOP_SIGNAL read why (cancelled | timeout) and let the loop stop at a step boundary."""
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        path = stop_request_path(workdir, attempt)
+        reason = path.read_text().strip() if path.exists() else "cancelled"
+        state.interrupt = reason
+        state.request_stop(reason)
+
+    signal.signal(STOP_SIGNAL, on_signal)
+
+
+def placement_for(spec: JobSpec, rank: int) -> Placement:
+    replicas = spec.resources.replica_count
+    ddp = spec.framework == "pytorch" and replicas > 1
+    threads = max(1, (os.cpu_count() or 1) // replicas) if ddp else None
+    gpus = ([rank] if ddp else list(range(replicas))) if spec.resources.gpus else []
+    return Placement(
+        replicas=replicas if ddp or spec.framework == "tensorflow" else 1,
+        rank=rank,
+        gpus=gpus,
+        threads=threads,
+    )
+
+
+def run_ranks(job_id: str, attempt: int, workdir: Path, replicas: int) -> int:
+    """Start one process per DDP rank and wait; if one fails, stop the others."""
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the ranks themselves handle it
+    store = workdir / f"ddp-store-{attempt}"
+    store.unlink(missing_ok=True)
+    env = {**os.environ, "EPOCHAL_DDP_INIT": f"file://{store}"}
+    ranks = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "worker.launch",
+                job_id,
+                "--attempt",
+                str(attempt),
+                "--rank",
+                str(rank),
+            ],
+            env=env,
+        )
+        for rank in range(replicas)
+    ]
+    while any(rank.poll() is None for rank in ranks):
+        if any(rank.poll() not in (None, 0) for rank in ranks):
+            for rank in ranks:  # a dead rank would leave the others waiting in a collective
+                if rank.poll() is None:
+                    rank.kill()
+        time.sleep(0.2)
+    return next((rank.returncode for rank in ranks if rank.returncode), 0)
+
+
+def classify(exc: BaseException) -> Outcome:
+    """Map an exception to a failure code that tells the supervisor whether to retry."""
+    name = type(exc).__name__
+    text = f"{name}: {exc}"
+    if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
+        return Outcome.failure(
+            "out_of_memory", f"ran out of memory: {text}; use a smaller batch or model"
+        )
+    if name == "LostOwnership":
+        return Outcome.failure("worker_lost", text)
+    if name in ("OperationalError", "InterfaceError", "DatabaseError"):
+        return Outcome.failure("infrastructure", f"database unavailable: {text}")
+    return Outcome.failure("internal_error", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="worker.launch")
+    parser.add_argument("job_id")
+    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("--rank", type=int, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s child: %(message)s")
+    die_with_parent()
+    settings = get_settings()
+    workdir = settings.job_dir(args.job_id)
+    spec = JobSpec.model_validate_json((workdir / "spec.json").read_text())
+    placement = placement_for(spec, args.rank or 0)
+    if args.rank is None and spec.framework == "pytorch" and placement.replicas > 1:
+        return run_ranks(args.job_id, args.attempt, workdir, placement.replicas)
+    state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
+    listen_for_stop(state, workdir, args.attempt)
+    from worker.trainer import train  # after the signal handler: importing a framework is slow
+
+    try:
+        outcome = train(
+            spec, args.job_id, args.attempt, workdir, placement, state, settings.resolved_data_dir
+        )
+    except BaseException as exc:  # report every failure with a code; the log gets the trace
+        traceback.print_exc()
+        outcome = classify(exc)
+    if placement.is_main:
+        write_outcome(workdir, args.attempt, outcome)
+    log.info("attempt %s ended: %s (%s)", args.attempt, outcome.status, outcome.stop_reason)
+    return 0 if outcome.status != "failed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

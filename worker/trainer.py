@@ -1,0 +1,132 @@
+"""One attempt of one job, in the training process: data, back-end, callbacks, fit, result."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from app.schemas.job_spec import JobSpec, resolved_mode
+from worker.outcome import Outcome
+from worker.sinks import DbMetricRecorder, forget_epochs_after
+from worker.training.backend import Backend, Placement, create_backend
+from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
+from worker.training.checkpoint import Checkpointer
+from worker.training.data import DataError, Splits, load_splits
+from worker.training.early_stopping import EarlyStopping
+from worker.training.loop import fit
+from worker.training.schedules import LRSchedule
+
+
+def best_monitor(spec: JobSpec, validate: bool) -> Monitor:
+    """Early stopping's monitor when there is one, else val_loss (or loss without a split)."""
+    es = spec.early_stopping
+    if es is not None:
+        return Monitor(es.monitor, resolved_mode(es.monitor, es.mode), es.min_delta)
+    return Monitor("val_loss" if validate else "loss", "min")
+
+
+def build_callbacks(
+    spec: JobSpec, backend: Backend, monitor: Monitor, record: Callback | None
+) -> list[Callback]:
+    """In order: schedule, best epoch, early stopping, the metrics row (main rank only)."""
+    callbacks: list[Callback] = [
+        LRSchedule(spec.lr_scheduler, spec.optimizer.learning_rate),
+        BestEpoch(monitor),
+    ]
+    es = spec.early_stopping
+    if es is not None:
+        callbacks.append(
+            EarlyStopping(
+                monitor,
+                es.patience,
+                baseline=es.baseline,
+                start_from_epoch=es.start_from_epoch,
+                restore_best_weights=es.restore_best_weights,
+                get_weights=backend.get_weights,
+                set_weights=backend.set_weights,
+            )
+        )
+    if record is not None:
+        callbacks.append(record)
+    return callbacks
+
+
+def final_result(
+    backend: Backend, splits: Splits, state: TrainState, logs: Logs, seconds: float
+) -> dict[str, Any]:
+    """Test metrics when the data set has a test split, else validation (or training) ones."""
+    split = "test" if splits.x_test is not None else "val" if splits.x_val is not None else None
+    scores = backend.evaluate(split) if split else {k: v for k, v in logs.items() if "_" not in k}
+    prefix = split or "train"
+    return {
+        **{f"{prefix}_{k}": v for k, v in scores.items()},
+        "evaluated_on": prefix,
+        "best_epoch": state.best_epoch,
+        "stopped_epoch": state.epoch,
+        "restored_best_weights": state.restored_best_weights,
+        "parameters": backend.parameter_count(),
+        "training_seconds": round(seconds, 3),
+    }
+
+
+def train(
+    spec: JobSpec,
+    job_id: str,
+    attempt: int,
+    workdir: Path,
+    placement: Placement,
+    state: TrainState,
+    data_dir: Path,
+) -> Outcome:
+    """Run (or resume) the attempt; returns what the supervisor should record."""
+    try:
+        splits = load_splits(spec, data_dir)
+    except DataError as exc:
+        return Outcome.failure("invalid_data", str(exc))
+    backend = create_backend(spec, splits, placement)
+    try:
+        return _fit_and_finish(spec, job_id, attempt, workdir, backend, splits, state)
+    finally:
+        backend.close()
+
+
+def _fit_and_finish(
+    spec: JobSpec,
+    job_id: str,
+    attempt: int,
+    workdir: Path,
+    backend: Backend,
+    splits: Splits,
+    state: TrainState,
+) -> Outcome:
+    validate = splits.x_val is not None
+    recorder = DbMetricRecorder(job_id, attempt) if backend.is_main else None
+    callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), recorder))
+    checkpointer = Checkpointer(workdir / "checkpoints", backend, spec.checkpoint_every_epochs)
+    callbacks.callbacks.append(checkpointer)
+    checkpointer.watch(callbacks)
+    checkpointer.restore(state)  # a resumed attempt continues after the last checkpoint
+    if backend.is_main:
+        forget_epochs_after(job_id, state.epoch)
+    started = time.perf_counter()
+    logs = fit(backend, state, callbacks, validate)
+    seconds = time.perf_counter() - started
+    reason = state.stop_reason
+    if reason == "non_finite_loss":
+        return Outcome.failure("non_finite_loss", state.stop_detail or "non-finite loss", reason)
+    checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
+    if reason in ("cancelled", "timeout"):
+        status = "cancelled" if reason == "cancelled" else "failed"
+        detail = f"stopped after epoch {state.epoch} of {state.epochs} ({reason})"
+        return Outcome(
+            status,
+            reason,
+            error_code="timeout" if reason == "timeout" else None,
+            error=detail if reason == "timeout" else None,
+        )
+    if backend.is_main:
+        (workdir / "model").mkdir(exist_ok=True)
+        backend.export_model(workdir / "model")
+    result = final_result(backend, splits, state, logs, seconds)
+    return Outcome("succeeded", reason or "completed", result=result)

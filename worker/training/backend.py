@@ -1,0 +1,93 @@
+"""The Backend protocol both frameworks implement, and a lazy lookup by framework name."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from app.schemas.job_spec import JobSpec
+from worker.training.callbacks import Logs, TrainState
+from worker.training.data import Splits
+
+
+@dataclass
+class TrainedEpoch:
+    """What one pass over the training split produced."""
+
+    logs: Logs  # "loss" (objective incl. L2) and "accuracy" or "mae", averaged over samples
+    samples: int
+    bad_step: int | None = None  # first step (1-based) whose loss was not finite
+
+
+@dataclass
+class Placement:
+    """Where this process trains: its rank among the replicas and its devices."""
+
+    replicas: int = 1
+    rank: int = 0
+    gpus: list[int] = field(default_factory=list)
+    threads: int | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+class Backend(Protocol):
+    """One framework's half of the loop; the loop itself lives once, in loop.fit."""
+
+    is_main: bool
+
+    def set_learning_rate(self, rate: float) -> None: ...
+
+    def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
+        """One epoch over freshly shuffled samples; None when state.interrupt stopped it."""
+
+    def evaluate(self, split: str) -> Logs:
+        """Loss and accuracy (or mae) over the whole split ("val" or "test")."""
+
+    def get_weights(self) -> list[np.ndarray]:
+        """All model variables in Keras layout (kernels [in, out]; conv [kh, kw, in, out])."""
+
+    def set_weights(self, weights: list[np.ndarray]) -> None: ...
+    def l2_penalty(self) -> float: ...
+    def parameter_count(self) -> int: ...
+    def save_checkpoint(self, directory: Path) -> None: ...
+    def load_checkpoint(self, directory: Path) -> None: ...
+
+    def export_model(self, directory: Path) -> Path:
+        """Write the trained model in the framework's own format; return the file."""
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when it is true on any (so no rank waits alone)."""
+
+    def close(self) -> None: ...
+
+
+BACKENDS = {
+    "pytorch": "worker.training.torch.backend:TorchBackend",
+    "tensorflow": "worker.training.tf.backend:TFBackend",
+}
+
+
+def create_backend(spec: JobSpec, splits: Splits, placement: Placement) -> Backend:
+    """Import the framework's back-end only now, in the training process."""
+    module_name, class_name = BACKENDS[spec.framework].split(":")
+    backend_class = getattr(importlib.import_module(module_name), class_name)
+    backend: Backend = backend_class(spec, splits, placement)
+    return backend
+
+
+def kernel_l2(weights: list[np.ndarray], kernel_flags: list[bool], l2: float) -> float:
+    """The L2 contract, in numpy: l2 * sum(w**2) over kernels (not biases or norm scales)."""
+    return l2 * float(
+        sum(
+            np.sum(np.square(w, dtype=np.float64))
+            for w, k in zip(weights, kernel_flags, strict=True)
+            if k
+        )
+    )

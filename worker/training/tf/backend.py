@@ -1,0 +1,231 @@
+"""TensorFlow back-end: a GradientTape step, many steps per tf.function call.
+
+Single device: the data set sits in memory as tensors and one XLA-compiled call runs a chunk of
+steps (gather the batch, forward, tape, apply) — the levers behind Keras' fast `fit`
+(steps_per_execution, jit_compile) in a custom loop. Several replicas: MirroredStrategy with
+per-example losses averaged over the *global* batch and the L2 term scaled by the replica count,
+so the summed replica gradients equal the one-device gradient (the seed's bug, P19/P20).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from app.schemas.job_spec import JobSpec  # noqa: E402
+from worker.training.backend import Placement, TrainedEpoch  # noqa: E402
+from worker.training.callbacks import Logs, TrainState  # noqa: E402
+from worker.training.data import Splits, epoch_order, global_steps  # noqa: E402
+from worker.training.tf.models import build_model, build_optimizer  # noqa: E402
+from worker.training.tf.strategy import make_strategy  # noqa: E402
+
+CHUNK_STEPS = 64
+EVAL_BATCH = 8192
+
+
+class TFBackend:
+    """Implements worker.training.backend.Backend for TensorFlow / Keras 3."""
+
+    def __init__(self, spec: JobSpec, splits: Splits, placement: Placement) -> None:
+        self.strategy = make_strategy(placement)  # first: logical devices precede any op
+        keras.utils.set_random_seed(spec.training.seed)
+        if spec.resources.precision != "fp32":
+            keras.mixed_precision.set_global_policy(
+                "mixed_bfloat16" if spec.resources.precision == "bf16" else "mixed_float16"
+            )
+        self.spec, self.placement, self.is_main = spec, placement, True
+        self.classify = spec.task == "classification"
+        self.replicas = self.strategy.num_replicas_in_sync
+        image = spec.model.type == "cnn"
+        with self.strategy.scope():
+            self.model = build_model(spec.model, splits.input_shape, splits.outputs)
+            opt = spec.optimizer
+            self.optimizer = build_optimizer(
+                opt.name, opt.learning_rate, opt.momentum, opt.nesterov, opt.weight_decay
+            )
+            # Build the optimizer's slots now, inside the scope: Keras 3.15 + TF 2.21 cannot
+            # create them lazily inside a distributed step (reliability P23).
+            self.optimizer.build(self.model.trainable_variables)
+        self.kernels = [v for v in self.model.trainable_variables if v.name == "kernel"]
+        self.data = {
+            split: (tf.constant(x[..., None] if image and x.ndim == 3 else x), tf.constant(y))
+            for split, x, y in (
+                ("train", splits.x_train, splits.y_train),
+                ("val", splits.x_val, splits.y_val),
+                ("test", splits.x_test, splits.y_test),
+            )
+            if x is not None and y is not None
+        }
+        # XLA fuses the whole chunk on one device; under MirroredStrategy the step is traced
+        # per replica by strategy.run instead.
+        self._chunk = tf.function(self._chunk_single, jit_compile=self.replicas == 1)
+        self._mirrored_chunk = tf.function(self._chunk_mirrored)
+        self._eval = tf.function(self._eval_batch)
+
+    # -- the step -------------------------------------------------------------------------
+    def _per_example(self, y: tf.Tensor, out: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(per-example loss, per-example metric): CE from logits / correct, or SE / abs err."""
+        out = tf.cast(out, tf.float32)
+        if self.classify:
+            loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
+            correct = tf.cast(tf.equal(tf.argmax(out, axis=1, output_type=y.dtype), y), tf.float32)
+            return loss, correct
+        pred = tf.squeeze(out, axis=-1)
+        return tf.square(pred - y), tf.abs(pred - y)
+
+    def _l2_term(self) -> tf.Tensor:
+        l2 = self.spec.regularization.l2
+        return l2 * tf.add_n(
+            [tf.reduce_sum(tf.square(tf.cast(k, tf.float32))) for k in self.kernels]
+        )
+
+    def _step(
+        self, xb: tf.Tensor, yb: tf.Tensor, global_batch: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """One optimizer step on this replica's part of a global batch."""
+        with tf.GradientTape() as tape:
+            per_example, metric = self._per_example(yb, self.model(xb, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            if self.spec.regularization.l2 > 0:
+                loss += tf.nn.scale_regularization_loss(self._l2_term())
+        variables = self.model.trainable_variables
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        return loss, tf.reduce_sum(metric)
+
+    def _chunk_single(
+        self, x: tf.Tensor, y: tf.Tensor, idx: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Steps over idx [k, batch] in one call; returns per-step losses and the metric sum."""
+        steps = idx.shape[0]
+        losses = tf.TensorArray(tf.float32, size=steps)
+        metric_sum = tf.constant(0.0)
+        for i in tf.range(steps):
+            batch_idx = idx[i]
+            loss, metric = self._step(
+                tf.gather(x, batch_idx), tf.gather(y, batch_idx), tf.shape(batch_idx)[0]
+            )
+            losses = losses.write(i, loss)
+            metric_sum += metric
+        return losses.stack(), metric_sum
+
+    def _chunk_mirrored(
+        self, iterator: tf.distribute.DistributedIterator, steps: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        losses = tf.TensorArray(tf.float32, size=steps)
+        metric_sum = tf.constant(0.0)
+        batch = tf.constant(self.spec.training.batch_size)
+        for i in tf.range(steps):
+            xb, yb = next(iterator)
+            loss, metric = self.strategy.run(self._step, args=(xb, yb, batch))
+            losses = losses.write(i, self.strategy.reduce("SUM", loss, axis=None))
+            metric_sum += self.strategy.reduce("SUM", metric, axis=None)
+        return losses.stack(), metric_sum
+
+    # -- an epoch -------------------------------------------------------------------------
+    def set_learning_rate(self, rate: float) -> None:
+        self.optimizer.learning_rate.assign(rate)
+
+    def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
+        x, y = self.data["train"]
+        batch, samples = self.spec.training.batch_size, int(x.shape[0])
+        steps = global_steps(samples, batch, self.replicas)
+        order = epoch_order(
+            samples, self.spec.training.seed, state.epoch, self.spec.training.shuffle
+        )
+        order = order[: steps * batch].astype(np.int32)
+        chunks = (
+            self._mirrored_chunks(x, y, order, steps)
+            if self.replicas > 1
+            else self._single_chunks(x, y, order, steps)
+        )
+        done, loss_sum, metric_sum = 0, 0.0, 0.0
+        for losses, metric in chunks:
+            losses = losses.numpy()
+            sizes = np.minimum(batch, len(order) - batch * np.arange(done, done + len(losses)))
+            if not np.isfinite(losses).all():
+                bad = int(np.argmin(np.isfinite(losses)))
+                return TrainedEpoch({"loss": float(losses[bad])}, 0, bad_step=done + bad + 1)
+            loss_sum += float(np.dot(losses, sizes))
+            metric_sum += float(metric)
+            done += len(losses)
+            if state.interrupt is not None and done < steps:
+                return None
+        state.global_step += steps
+        seen = min(steps * batch, len(order))
+        name = "accuracy" if self.classify else "mae"
+        return TrainedEpoch({"loss": loss_sum / seen, name: metric_sum / seen}, samples=seen)
+
+    def _single_chunks(self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int):  # type: ignore[no-untyped-def]
+        batch = self.spec.training.batch_size
+        full = len(order) // batch
+        grid = order[: full * batch].reshape(full, batch)
+        for begin in range(0, full, CHUNK_STEPS):
+            yield self._chunk(x, y, tf.constant(grid[begin : begin + CHUNK_STEPS]))
+        if full < steps:  # the partial last batch: one more (small) compiled shape
+            yield self._chunk(x, y, tf.constant(order[full * batch :][None, :]))
+
+    def _mirrored_chunks(self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int):  # type: ignore[no-untyped-def]
+        batch = self.spec.training.batch_size
+        dataset = (
+            tf.data.Dataset.from_tensor_slices(order)
+            .batch(batch, drop_remainder=True)
+            .map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
+            .prefetch(2)
+        )
+        iterator = iter(self.strategy.experimental_distribute_dataset(dataset))
+        for begin in range(0, steps, CHUNK_STEPS):
+            yield self._mirrored_chunk(iterator, tf.constant(min(CHUNK_STEPS, steps - begin)))
+
+    def _eval_batch(self, xb: tf.Tensor, yb: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        loss, metric = self._per_example(yb, self.model(xb, training=False))
+        return tf.reduce_sum(loss), tf.reduce_sum(metric)
+
+    def evaluate(self, split: str) -> Logs:
+        x, y = self.data[split]
+        total, loss_sum, metric_sum = int(x.shape[0]), 0.0, 0.0
+        for begin in range(0, total, EVAL_BATCH):
+            loss, metric = self._eval(x[begin : begin + EVAL_BATCH], y[begin : begin + EVAL_BATCH])
+            loss_sum, metric_sum = loss_sum + float(loss), metric_sum + float(metric)
+        name = "accuracy" if self.classify else "mae"
+        return {"loss": loss_sum / total, name: metric_sum / total}
+
+    # -- state ----------------------------------------------------------------------------
+    def get_weights(self) -> list[np.ndarray]:
+        return [np.asarray(w) for w in self.model.get_weights()]
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        self.model.set_weights(weights)
+
+    def l2_penalty(self) -> float:
+        return float(self._l2_term())
+
+    def parameter_count(self) -> int:
+        return int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
+
+    def save_checkpoint(self, directory: Path) -> None:
+        self.model.save_weights(directory / "model.weights.h5")
+        slots = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(self.optimizer.variables)}
+        np.savez(directory / "optimizer.npz", **slots)  # type: ignore[arg-type]
+
+    def load_checkpoint(self, directory: Path) -> None:
+        self.model.load_weights(directory / "model.weights.h5")
+        with np.load(directory / "optimizer.npz", allow_pickle=False) as slots:
+            for i, variable in enumerate(self.optimizer.variables):
+                variable.assign(slots[f"v{i}"])
+
+    def export_model(self, directory: Path) -> Path:
+        path = directory / "model.keras"
+        self.model.save(path)
+        return path
+
+    def any_rank(self, flag: bool) -> bool:
+        return flag  # one process drives every replica of a MirroredStrategy
+
+    def close(self) -> None:
+        keras.backend.clear_session()

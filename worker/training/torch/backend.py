@@ -1,0 +1,228 @@
+"""PyTorch back-end: the data set lives as tensors on the device, batches are index gathers.
+
+A DataLoader over per-sample transforms (the seed) spends most of its time in Python; here one
+epoch is a permutation and `index_select`s, the loss and accuracy accumulate on the device, and
+the host syncs only every CHECK_EVERY steps (to notice a cancel or a non-finite loss).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from app.schemas.job_spec import JobSpec, OptimizerSpec
+from worker.training.backend import Placement, TrainedEpoch
+from worker.training.callbacks import Logs, TrainState
+from worker.training.data import Splits, epoch_order, global_steps
+from worker.training.torch import distributed
+from worker.training.torch.models import build_model, export_array, import_array, to_keras_layout
+
+CHECK_EVERY = 32
+EVAL_BATCH = 8192
+
+
+def build_optimizer(spec: OptimizerSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    """Optimizers with Keras' defaults where the two frameworks differ (eps 1e-7, rho 0.9)."""
+    lr = spec.learning_rate
+    if spec.name == "adam":
+        return torch.optim.Adam(params, lr=lr, eps=1e-7, foreach=True)
+    if spec.name == "adamw":
+        return torch.optim.AdamW(
+            params, lr=lr, eps=1e-7, weight_decay=spec.weight_decay, foreach=True
+        )
+    if spec.name == "sgd":
+        return torch.optim.SGD(
+            params, lr=lr, momentum=spec.momentum, nesterov=spec.nesterov, foreach=True
+        )
+    return torch.optim.RMSprop(
+        params, lr=lr, alpha=0.9, eps=1e-7, momentum=spec.momentum, foreach=True
+    )
+
+
+class TorchBackend:
+    """Implements worker.training.backend.Backend for PyTorch (single device or DDP)."""
+
+    def __init__(self, spec: JobSpec, splits: Splits, placement: Placement) -> None:
+        torch.manual_seed(spec.training.seed)
+        if placement.threads:
+            torch.set_num_threads(placement.threads)
+        self.spec, self.placement, self.is_main = spec, placement, placement.is_main
+        self.device = torch.device(f"cuda:{placement.gpus[0]}" if placement.gpus else "cpu")
+        self.classify = spec.task == "classification"
+        self.model = build_model(spec.model, splits.input_shape, splits.outputs).to(self.device)
+        self.layout = to_keras_layout(self.model)
+        self.kernels = [t for t, is_kernel, _ in self.layout if is_kernel]
+        self.net: nn.Module = distributed.wrap(self.model, placement)
+        self.optimizer = build_optimizer(spec.optimizer, list(self.model.parameters()))
+        self.scaler = torch.amp.GradScaler("cuda") if spec.resources.precision == "fp16" else None
+        self.data = {
+            split: (self._tensor_x(x), self._tensor_y(y))
+            for split, x, y in (
+                ("train", splits.x_train, splits.y_train),
+                ("val", splits.x_val, splits.y_val),
+                ("test", splits.x_test, splits.y_test),
+            )
+            if x is not None and y is not None
+        }
+
+    def _tensor_x(self, x: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(x)
+        if self.spec.model.type == "cnn":  # NHW or NHWC -> NCHW
+            tensor = tensor.unsqueeze(1) if tensor.ndim == 3 else tensor.permute(0, 3, 1, 2)
+        return tensor.contiguous().to(self.device)
+
+    def _tensor_y(self, y: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(y.astype(np.int64 if self.classify else np.float32)).to(self.device)
+
+    @contextlib.contextmanager
+    def _autocast(self) -> Iterator[None]:
+        precision = self.spec.resources.precision
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+            yield
+
+    def set_learning_rate(self, rate: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+
+    def _losses(
+        self, out: torch.Tensor, y: torch.Tensor, reduction: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(data loss, metric sum): CE from logits and correct count, or MSE and abs error."""
+        out = out.float()
+        if self.classify:
+            return F.cross_entropy(out, y, reduction=reduction), (out.argmax(1) == y).sum()
+        pred = out.squeeze(-1)
+        return F.mse_loss(pred, y, reduction=reduction), (pred - y).abs().sum()
+
+    def l2_term(self) -> torch.Tensor:
+        """l2 * sum(w**2) over kernels; added to the loss, not folded into weight decay."""
+        return (
+            self.spec.regularization.l2 * torch.stack([k.pow(2).sum() for k in self.kernels]).sum()
+        )
+
+    def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
+        x, y = self.data["train"]
+        replicas, rank = self.placement.replicas, self.placement.rank
+        batch = self.spec.training.batch_size
+        local = batch // replicas
+        steps = global_steps(len(x), batch, replicas)
+        order = torch.from_numpy(
+            epoch_order(len(x), self.spec.training.seed, state.epoch, self.spec.training.shuffle)
+        ).to(self.device)
+        step_losses = torch.zeros(steps, device=self.device)
+        metric_sum = torch.zeros((), device=self.device)
+        use_l2 = self.spec.regularization.l2 > 0
+        self.net.train()
+        seen, checked = 0, 0
+        for step in range(steps):
+            if step % CHECK_EVERY == 0 and step:
+                if distributed.any_rank(state.interrupt is not None, self.placement):
+                    return None
+                bad = self._first_bad_step(step_losses, checked, step)
+                if bad is not None:
+                    return self._bad_epoch(bad, step_losses)
+                checked = step
+            # Rank r takes its slice of global batch `step`: every replica count sees the
+            # same global batches, so 1 and N replicas take the same optimizer steps.
+            start = step * batch + rank * local
+            idx = order[start : min(start + local, len(x))]
+            xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+            with self._autocast():
+                data_loss, metric = self._losses(self.net(xb), yb, "mean")
+            loss = data_loss + self.l2_term() if use_l2 else data_loss
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                loss.backward()
+                self.optimizer.step()
+            step_losses[step] = loss.detach() * len(idx)
+            metric_sum += metric.detach()
+            seen += len(idx)
+        state.global_step += steps
+        bad = self._first_bad_step(step_losses, checked, steps)
+        if bad is not None:
+            return self._bad_epoch(bad, step_losses)
+        totals = distributed.sum_all(torch.stack([step_losses.sum(), metric_sum]), self.placement)
+        samples = seen * replicas
+        name = "accuracy" if self.classify else "mae"
+        return TrainedEpoch(
+            logs={"loss": totals[0].item() / samples, name: totals[1].item() / samples},
+            samples=samples,
+        )
+
+    def _first_bad_step(self, step_losses: torch.Tensor, begin: int, end: int) -> int | None:
+        finite = torch.isfinite(step_losses[begin:end])
+        bad = distributed.any_rank(not bool(finite.all()), self.placement)
+        if not bad:
+            return None
+        local = (~finite).nonzero()
+        return begin + (int(local[0]) if len(local) else 0) + 1
+
+    def _bad_epoch(self, bad_step: int, step_losses: torch.Tensor) -> TrainedEpoch:
+        return TrainedEpoch(
+            logs={"loss": float(step_losses[bad_step - 1])}, samples=0, bad_step=bad_step
+        )
+
+    @torch.inference_mode()
+    def evaluate(self, split: str) -> Logs:
+        x, y = self.data[split]
+        # Each rank scores its own share; sums (not means) are reduced, so the result covers
+        # the whole split exactly once (P29).
+        share = torch.arange(
+            self.placement.rank, len(x), self.placement.replicas, device=self.device
+        )
+        self.net.eval()
+        totals = torch.zeros(2, device=self.device)
+        for begin in range(0, len(share), EVAL_BATCH):
+            idx = share[begin : begin + EVAL_BATCH]
+            with self._autocast():
+                loss_sum, metric_sum = self._losses(self.model(x[idx]), y[idx], "sum")
+            totals += torch.stack([loss_sum.float(), metric_sum.float()])
+        totals = distributed.sum_all(totals, self.placement)
+        name = "accuracy" if self.classify else "mae"
+        return {"loss": totals[0].item() / len(x), name: totals[1].item() / len(x)}
+
+    def get_weights(self) -> list[np.ndarray]:
+        return [export_array(t, how) for t, _, how in self.layout]
+
+    @torch.no_grad()
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        for (tensor, _, how), array in zip(self.layout, weights, strict=True):
+            tensor.copy_(import_array(array, how).to(tensor.device, tensor.dtype))
+
+    def l2_penalty(self) -> float:
+        with torch.no_grad():
+            return float(self.l2_term())
+
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    def save_checkpoint(self, directory: Path) -> None:
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        torch.save(state, directory / "torch.pt")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        state = torch.load(directory / "torch.pt", map_location=self.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def export_model(self, directory: Path) -> Path:
+        path = directory / "model.pt"
+        torch.save(self.model.state_dict(), path)
+        return path
+
+    def any_rank(self, flag: bool) -> bool:
+        return distributed.any_rank(flag, self.placement)
+
+    def close(self) -> None:
+        distributed.shutdown(self.placement)

@@ -1,0 +1,65 @@
+"""DDP plumbing: process group, model wrapping and the cross-rank reductions the loop needs.
+
+One process per replica (started by worker.launch, never by the Celery process); gloo on CPU,
+NCCL on GPUs; rendezvous through a file in the job's directory, so jobs never fight over ports.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from worker.training.backend import Placement
+
+INIT_ENV = "EPOCHAL_DDP_INIT"
+
+
+def setup(placement: Placement) -> None:
+    """Join the job's process group (no-op for a single replica)."""
+    if placement.replicas == 1 or dist.is_initialized():
+        return
+    backend = "nccl" if placement.gpus else "gloo"
+    if placement.gpus:
+        torch.cuda.set_device(placement.gpus[0])
+    dist.init_process_group(
+        backend,
+        init_method=os.environ[INIT_ENV],
+        rank=placement.rank,
+        world_size=placement.replicas,
+        timeout=timedelta(seconds=120),  # a stuck collective fails the job instead of hanging
+    )
+
+
+def wrap(model: nn.Module, placement: Placement) -> nn.Module:
+    if placement.replicas == 1:
+        return model
+    setup(placement)
+    device_ids = placement.gpus[:1] or None
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+def any_rank(flag: bool, placement: Placement) -> bool:
+    """True everywhere if true anywhere (all_reduce MAX of a flag), Lightning-style."""
+    if placement.replicas == 1:
+        return flag
+    device = torch.device(f"cuda:{placement.gpus[0]}") if placement.gpus else torch.device("cpu")
+    tensor = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
+def sum_all(tensor: torch.Tensor, placement: Placement) -> torch.Tensor:
+    """Sum a tensor over ranks (sums of losses and counts, never means, P29)."""
+    if placement.replicas > 1:
+        tensor = tensor.clone()
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def shutdown(placement: Placement) -> None:
+    if placement.replicas > 1 and dist.is_initialized():
+        dist.destroy_process_group()
