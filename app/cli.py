@@ -15,6 +15,8 @@ import typer
 from app.config import get_settings
 
 cli = typer.Typer(help="epochal: a REST training-job service.", no_args_is_help=True)
+keys = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
+cli.add_typer(keys, name="keys")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -92,26 +94,90 @@ def worker(name: Annotated[str | None, typer.Option(help="Celery node name")] = 
     os.execv(sys.executable, worker_argv(len(get_settings().worker_gpu_ids), name))
 
 
+@keys.command("create")
+def keys_create(
+    name: Annotated[str, typer.Argument(help="who the key is for")],
+    admin: Annotated[bool, typer.Option("--admin", help="sees and cancels every job")] = False,
+) -> None:
+    """Create a key; its plaintext is the last word of the output (shown only once)."""
+    from app.db import session_scope
+    from app.security import create_key
+
+    with session_scope() as session:
+        row, plaintext = create_key(session, name, is_admin=admin)
+        typer.echo(f"created key {row.id} ({name}{', admin' if admin else ''}); store it now:")
+    typer.echo(plaintext)
+
+
+@keys.command("list")
+def keys_list() -> None:
+    """List keys (never their secrets)."""
+    from app.db import session_scope
+    from app.security import list_keys
+
+    with session_scope() as session:
+        for row in list_keys(session):
+            state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
+            role = "admin" if row.is_admin else "user"
+            typer.echo(
+                f"{row.id}  {row.name:<24} {role:<5}  {state}  created {row.created_at:%Y-%m-%d}"
+            )
+
+
+@keys.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id shown by keys list")]) -> None:
+    """Revoke a key: requests with it get 401 from now on."""
+    from app.db import session_scope
+    from app.security import revoke
+
+    with session_scope() as session:
+        if not revoke(session, key_id):
+            typer.echo(f"no active key {key_id}", err=True)
+            raise typer.Exit(1)
+    typer.echo(f"revoked {key_id}")
+
+
+def ensure_admin_key() -> str:
+    """The embedded default's admin key: reuse the key file while it is valid, else make one."""
+    from app.db import session_scope
+    from app.security import create_key, verify
+
+    path = get_settings().resolved_api_key_file
+    with session_scope() as session:
+        if path.exists() and verify(session, path.read_text().strip()):
+            return path.read_text().strip()
+        _, plaintext = create_key(session, "local-admin", is_admin=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(plaintext + "\n")
+    return plaintext
+
+
 @cli.command()
 def up() -> None:
     """Migrate, then run the API and one worker until Ctrl-C (the embedded default)."""
     settings = get_settings()
     migrate("head")
+    ensure_admin_key()
     env = {**os.environ, "EPOCHAL_HOME": str(settings.resolved_home)}
     api_proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env)
     worker_proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env)
     url = f"http://{settings.host}:{settings.port}"
-    typer.echo(_banner(url))
+    typer.echo(_banner(url, settings.resolved_api_key_file))
     _wait_for_either(api_proc, worker_proc)
 
 
-def _banner(url: str) -> str:
+def _banner(url: str, key_file: Path) -> str:
     body = '{"framework":"pytorch","dataset":{"name":"digits"},"training":{"epochs":5}}'
+    auth = f'-H "Authorization: Bearer $(cat {key_file})"'
     return (
         f"\nepochal is starting on {url}  (API docs: {url}/docs)\n"
-        f"Submit a job:\n  curl -s -X POST {url}/v1/jobs -H 'Content-Type: application/json' "
-        f"-d '{body}'\n"
-        f"Then poll:\n  curl -s {url}/v1/jobs/JOB_ID\n  curl -s {url}/v1/jobs/JOB_ID/metrics\n"
+        f"The admin API key is in {key_file} (mode 0600).\n"
+        f"Submit a job:\n  curl -s -X POST {url}/v1/jobs {auth} "
+        f"-H 'Content-Type: application/json' -d '{body}'\n"
+        f"Then poll:\n  curl -s {auth} {url}/v1/jobs/JOB_ID\n"
+        f"  curl -s {auth} {url}/v1/jobs/JOB_ID/metrics\n"
         "Ctrl-C stops the API and the worker.\n"
     )
 

@@ -48,6 +48,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1024)
     max_upload_bytes: int = Field(200_000_000, ge=1024)
 
+    max_active_jobs_per_key: int = Field(
+        50, ge=0, description="Queued + running jobs one key may have (0: no limit)."
+    )
+    api_key_file: Path | None = Field(None, description="Where `epochal up` puts the admin key.")
+
     log_json: bool = False
 
     @property
@@ -82,6 +87,10 @@ class Settings(BaseSettings):
         if raw is None:
             raw = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         return [g.strip() for g in raw.split(",") if g.strip() and g.strip() != "-1"]
+
+    @property
+    def resolved_api_key_file(self) -> Path:
+        return (self.api_key_file or self.resolved_home / "api-key").expanduser().resolve()
 
     def job_dir(self, job_id: str) -> Path:
         return self.resolved_artifacts_dir / job_id

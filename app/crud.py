@@ -35,9 +35,20 @@ class Conflict(Exception):
     """The job is not in a state that allows the change."""
 
 
-def create_job(session: Session, spec: JobSpec, queue: str) -> Job:
+def create_job(
+    session: Session,
+    spec: JobSpec,
+    queue: str,
+    *,
+    owner_id: str | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> Job:
     """Store a new queued job (the caller commits before it is sent to the broker)."""
     job = Job(
+        owner_id=owner_id,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
         name=spec.name,
         framework=spec.framework,
         spec=spec.model_dump(mode="json"),
@@ -93,9 +104,12 @@ def list_jobs(
     cursor: str | None = None,
     status: str | None = None,
     framework: str | None = None,
+    owner_id: str | None = None,
 ) -> tuple[list[Job], str | None]:
     """Newest first; filters apply before paging so pages are never short for that reason."""
     query = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
+    if owner_id:
+        query = query.where(Job.owner_id == owner_id)
     if status:
         query = query.where(Job.status == status)
     if framework:
@@ -341,3 +355,22 @@ def force_fail_queued(session: Session, job: Job, code: str, message: str) -> bo
     if failed:
         add_transition(session, job.id, JobStatus.queued, JobStatus.failed, message, job.attempt)
     return bool(failed)
+
+
+def find_idempotent(session: Session, owner_id: str | None, key: str) -> Job | None:
+    query = select(Job).where(Job.idempotency_key == key)
+    query = (
+        query.where(Job.owner_id == owner_id) if owner_id else query.where(Job.owner_id.is_(None))
+    )
+    return session.scalars(query).first()
+
+
+def count_active(session: Session, owner_id: str) -> int:
+    """Jobs of this owner that are queued or running (the per-key quota counts these)."""
+    active = (JobStatus.queued, *ACTIVE)
+    query = (
+        select(func.count())
+        .select_from(Job)
+        .where(Job.owner_id == owner_id, Job.status.in_(active))
+    )
+    return int(session.scalar(query) or 0)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 from app import errors
+from app.api.deps import current_key
 from app.api.routes import health, jobs
 from app.config import get_settings
 from app.limits import BodySizeLimit
@@ -36,7 +37,8 @@ def create_app() -> FastAPI:
     )
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    v1 = APIRouter(prefix="/v1")
+    # Every /v1 route needs a key, so a new route cannot forget it (P43).
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_key)])
     v1.include_router(jobs.router)
     app.include_router(v1)
     app.include_router(health.router)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -103,10 +104,14 @@ class Job(Base):
     finished_at: Mapped[datetime | None]
     lease_expires_at: Mapped[datetime | None]
     cancel_requested_at: Mapped[datetime | None]
+    owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),
         Index("ix_job_status_created", "status", "created_at"),
+        UniqueConstraint("owner_id", "idempotency_key", name="uq_job_owner_idempotency_key"),
     )
 
 
@@ -142,6 +147,39 @@ class EpochMetric(Base):
     epoch_seconds: Mapped[float | None] = mapped_column(Float)
     samples_per_second: Mapped[float | None] = mapped_column(Float)
     recorded_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    """A client's key: only a SHA-256 of its secret is stored."""
+
+    __tablename__ = "api_key"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    is_admin: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+class Dataset(Base):
+    """An uploaded data set, validated at upload and stored as .npz under the data dir."""
+
+    __tablename__ = "dataset"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
+    format: Mapped[str] = mapped_column(String(8))
+    task: Mapped[str] = mapped_column(String(16))
+    shape: Mapped[list[Any]] = mapped_column(JSON)
+    dtype: Mapped[str] = mapped_column(String(16))
+    samples: Mapped[int] = mapped_column(Integer)
+    test_samples: Mapped[int | None] = mapped_column(Integer)
+    classes: Mapped[int | None] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    checksum: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Worker(Base):

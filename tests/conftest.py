@@ -106,3 +106,17 @@ def service_env(
     yield env
     for step in cleanup:
         step()
+
+
+def make_key(name: str, admin: bool = False) -> str:
+    from app.db import session_scope
+    from app.security import create_key
+
+    with session_scope() as session:
+        return create_key(session, name, is_admin=admin)[1]
+
+
+@pytest.fixture
+def api_key(db_env: dict[str, str]) -> str:
+    """A plain (non-admin) key in the test database."""
+    return make_key("tester")

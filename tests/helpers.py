@@ -114,11 +114,29 @@ class Service:
 
     env: dict[str, str]
     url: str
+    api_key: str = ""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: Path = ROOT / "test-artifacts"
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30)
+    def client(self, api_key: str | None = None) -> httpx.Client:
+        key = self.api_key if api_key is None else api_key
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, timeout=30, headers=headers)
+
+    def create_key(self, name: str, admin: bool = False) -> str:
+        """A new API key made with the real CLI (the key is the last word it prints)."""
+        argv = [sys.executable, "-m", "app.cli", "keys", "create", name] + (
+            ["--admin"] if admin else []
+        )
+        out = subprocess.run(
+            argv,
+            cwd=ROOT,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.split()[-1]
 
     def start_api(self) -> None:
         self._spawn(
@@ -184,6 +202,7 @@ def running_service(env: dict[str, str], worker: bool = True, **settings: str) -
         **settings,
     }
     service = Service(full_env, f"http://127.0.0.1:{free_port()}")
+    service.api_key = service.create_key("e2e-admin", admin=True)
     try:
         service.start_api()
         if worker:

@@ -13,10 +13,11 @@ from app.db import session_scope
 
 
 @pytest.fixture
-def client(db_env: dict[str, str]) -> Iterator[TestClient]:
+def client(db_env: dict[str, str], api_key: str) -> Iterator[TestClient]:
     from app.main import create_app
 
     with TestClient(create_app(), raise_server_exceptions=False) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {api_key}"
         yield test_client
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from sqlalchemy.exc import IntegrityError
 
 from app import crud
-from app.api.deps import JobDep, SessionDep
+from app.api.deps import CurrentKey, JobDep, SessionDep, owner_filter
 from app.config import get_settings
 from app.dispatch import dispatch
 from app.models import Job, JobStatus
@@ -42,11 +44,56 @@ def public(session: SessionDep, job: Job) -> JobPublic:
     )
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobPublic)
-def create_job(session: SessionDep, spec: JobSpec) -> JobPublic:
+def _replay(session: SessionDep, key: CurrentKey, idem: str, digest: str) -> Job | None:
+    """The job an earlier request with this Idempotency-Key made; 409 if its body differed."""
+    earlier = crud.find_idempotent(session, key.id, idem)
+    if earlier is not None and earlier.request_hash != digest:
+        raise HTTPException(409, "this Idempotency-Key was used with a different body")
+    return earlier
+
+
+def _check_quota(session: SessionDep, key: CurrentKey) -> None:
+    limit = get_settings().max_active_jobs_per_key
+    if limit and crud.count_active(session, key.id) >= limit:
+        raise HTTPException(429, f"this key already has {limit} queued or running jobs")
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
+    responses={200: {"description": "an earlier request with this Idempotency-Key"}},
+)
+def create_job(
+    session: SessionDep,
+    key: CurrentKey,
+    spec: JobSpec,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> JobPublic:
     """Submit a training job; it is stored before it is queued."""
-    job = crud.create_job(session, spec, queue_for_gpus(spec.resources.gpus))
-    session.commit()
+    digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+    if idempotency_key and (earlier := _replay(session, key, idempotency_key, digest)):
+        response.status_code = status.HTTP_200_OK
+        return public(session, earlier)
+    _check_quota(session, key)
+    try:
+        job = crud.create_job(
+            session,
+            spec,
+            queue_for_gpus(spec.resources.gpus),
+            owner_id=key.id,
+            idempotency_key=idempotency_key,
+            request_hash=digest,
+        )
+        session.commit()
+    except IntegrityError:  # a concurrent request with the same key won the race
+        session.rollback()
+        earlier = _replay(session, key, idempotency_key or "", digest)
+        if earlier is None:
+            raise
+        response.status_code = status.HTTP_200_OK
+        return public(session, earlier)
     dispatch(session, job)  # a failed publish leaves it queued for the reconciler
     return public(session, job)
 
@@ -54,6 +101,7 @@ def create_job(session: SessionDep, spec: JobSpec) -> JobPublic:
 @router.get("", response_model=JobsPublic)
 def read_jobs(
     session: SessionDep,
+    key: CurrentKey,
     status_: Annotated[JobStatus | None, Query(alias="status")] = None,
     framework: Annotated[str | None, Query(pattern="^(pytorch|tensorflow)$")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -62,7 +110,12 @@ def read_jobs(
     """List jobs, newest first, with cursor pagination."""
     try:
         jobs, next_cursor = crud.list_jobs(
-            session, limit=limit, cursor=cursor, status=status_, framework=framework
+            session,
+            limit=limit,
+            cursor=cursor,
+            status=status_,
+            framework=framework,
+            owner_id=owner_filter(key),
         )
     except ValueError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
