@@ -1,4 +1,4 @@
-"""API keys: `ep_<id>_<secret>`; only a SHA-256 of the secret is stored, compared in constant time."""
+"""API keys: `ep_<id>_<secret>`; only a SHA-256 of the secret is stored; constant-time checks."""
 
 from __future__ import annotations
 
