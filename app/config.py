@@ -28,6 +28,12 @@ class Settings(BaseSettings):
     data_dir: Path | None = Field(None, description="Where data sets and uploads live.")
     artifacts_dir: Path | None = Field(None, description="Models, checkpoints and logs per job.")
     allow_download: bool = Field(False, description="May built-in data sets be downloaded?")
+    download_mirror: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="Fetch built-in data sets from {mirror}/{name}/{file}.gz instead of the "
+        "canonical mirrors (an in-house copy, or a local server in tests).",
+    )
 
     # Worker side.
     worker_gpus: str | None = Field(
@@ -47,6 +53,9 @@ class Settings(BaseSettings):
     # Limits at the door.
     max_body_bytes: int = Field(1_000_000, ge=1024)
     max_upload_bytes: int = Field(200_000_000, ge=1024)
+    max_upload_array_bytes: int = Field(
+        1_000_000_000, ge=1024, description="Arrays of one upload once decompressed, in memory."
+    )
 
     max_active_jobs_per_key: int = Field(
         50, ge=0, description="Queued + running jobs one key may have (0: no limit)."

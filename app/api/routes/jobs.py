@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app import crud
 from app.api.deps import CurrentKey, JobDep, SessionDep, owner_filter
+from app.api.routes.datasets import check_job_dataset
 from app.config import get_settings
 from app.dispatch import dispatch
 from app.models import Job, JobStatus
@@ -77,6 +78,7 @@ def create_job(
         response.status_code = status.HTTP_200_OK
         return public(session, earlier)
     _check_quota(session, key)
+    check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     try:
         job = crud.create_job(
             session,

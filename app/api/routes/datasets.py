@@ -1,0 +1,129 @@
+"""Uploaded data sets: upload (.npz or CSV), list, read, delete; and the check a job's
+`dataset.id` must pass at submit.
+
+The routes are plain `def`: reading and validating arrays is blocking work, so FastAPI runs it
+in its thread pool instead of on the event loop.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, File, Form, HTTPException, Path, Query, Response, UploadFile, status
+from fastapi.exceptions import RequestValidationError
+
+from app import datasets, uploads
+from app.api.deps import CurrentKey, SessionDep
+from app.config import get_settings
+from app.models import Dataset, new_id
+from app.schemas.job_spec import JobSpec
+from app.schemas.resources import DatasetPublic, DatasetsPublic
+
+router = APIRouter(prefix="/datasets", tags=["datasets"])
+NAME_PATTERN = r"^[\w.\- ]+$"
+DatasetId = Annotated[str, Path(max_length=64)]
+
+
+def _default_name(filename: str | None) -> str:
+    stem = PurePath(filename or "upload").stem
+    return re.sub(r"[^\w.\- ]", "_", stem)[:128] or "upload"
+
+
+def _read(file: UploadFile, size: int, label_column: str | None) -> tuple[str, uploads.Arrays]:
+    settings = get_settings()
+    if size > settings.max_upload_bytes:  # the body limit catches it first; in depth
+        raise uploads.UploadError(413, f"the file is over {settings.max_upload_bytes} bytes")
+    fmt = uploads.sniff_format(file.file, file.filename or "")
+    if fmt == "npz":
+        if label_column is not None:
+            raise uploads.UploadError(422, "label_column applies to CSV uploads only")
+        return fmt, uploads.read_npz(file.file, settings.max_upload_array_bytes)
+    if not label_column:
+        raise uploads.UploadError(422, "a CSV upload needs label_column: the column holding y")
+    return fmt, uploads.read_csv(file.file, label_column)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=DatasetPublic)
+def create_dataset(
+    session: SessionDep,
+    key: CurrentKey,
+    file: Annotated[UploadFile, File(description=".npz with x, y[, x_test, y_test]; or .csv")],
+    name: Annotated[str | None, Form(max_length=128, pattern=NAME_PATTERN)] = None,
+    task: Annotated[Literal["classification", "regression"], Form()] = "classification",
+    label_column: Annotated[str | None, Form(max_length=256, description="CSV only")] = None,
+) -> DatasetPublic:
+    """Upload a data set; it is validated, then stored as .npz under the data dir."""
+    checksum, size = uploads.sha256_and_size(file.file)
+    try:
+        fmt, raw = _read(file, size, label_column)
+        arrays, summary = uploads.validate(raw, task)
+    except uploads.UploadError as exc:
+        raise HTTPException(exc.status, exc.detail) from exc
+    row = Dataset(
+        id=new_id(),
+        name=name or _default_name(file.filename),
+        owner_id=key.id,
+        format=fmt,
+        task=task,
+        size_bytes=size,
+        checksum=checksum,
+        **vars(summary),
+    )
+    path = uploads.store(arrays, get_settings().resolved_data_dir, row.id)
+    try:
+        session.add(row)
+        session.commit()
+    except Exception:
+        path.unlink(missing_ok=True)  # no row, no file
+        raise
+    return DatasetPublic.model_validate(row)
+
+
+@router.get("", response_model=DatasetsPublic)
+def read_datasets(
+    session: SessionDep, key: CurrentKey, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> DatasetsPublic:
+    """Your uploaded data sets, newest first (an admin key sees all)."""
+    rows = datasets.list_visible(session, key, limit)
+    return DatasetsPublic(items=[DatasetPublic.model_validate(r) for r in rows])
+
+
+def _visible_or_404(
+    session: SessionDep, key: CurrentKey, dataset_id: str, lock: bool = False
+) -> Dataset:
+    row = datasets.get_visible(session, dataset_id, key, lock=lock)
+    if row is None:  # another owner's data set is a 404 too: its existence is not shown
+        raise HTTPException(404, f"no data set {dataset_id}")
+    return row
+
+
+@router.get("/{dataset_id}", response_model=DatasetPublic)
+def read_dataset(session: SessionDep, key: CurrentKey, dataset_id: DatasetId) -> DatasetPublic:
+    """One uploaded data set."""
+    return DatasetPublic.model_validate(_visible_or_404(session, key, dataset_id))
+
+
+@router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_dataset(session: SessionDep, key: CurrentKey, dataset_id: DatasetId) -> Response:
+    """Delete an upload; 409 while a queued or running job uses it (finished jobs keep their
+    results and models, but cannot be re-run from the same spec)."""
+    row = _visible_or_404(session, key, dataset_id, lock=True)
+    if users := datasets.unfinished_jobs_using(session, dataset_id):
+        raise HTTPException(
+            409, f"data set {dataset_id} is used by unfinished jobs: {', '.join(users)}"
+        )
+    session.delete(row)
+    session.commit()
+    uploads.upload_path(get_settings().resolved_data_dir, dataset_id).unlink(missing_ok=True)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def check_job_dataset(session: SessionDep, key: CurrentKey, spec: JobSpec) -> None:
+    """422 naming dataset.id when the job's upload is missing, not the caller's, or unfit."""
+    problem = datasets.problem_for_spec(session, spec, key)
+    if problem is not None:
+        raise RequestValidationError(
+            [{"loc": ("body", "dataset", "id"), "msg": problem, "type": "value_error"}]
+        )

@@ -1,0 +1,80 @@
+"""Response shapes of the data set, artifact and worker routes (v1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class DatasetPublic(BaseModel):
+    """An uploaded data set, as validated and stored."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str = Field(description="name it in a job spec as dataset.id")
+    name: str
+    format: Literal["npz", "csv"] = Field(description="the uploaded file's format")
+    task: Literal["classification", "regression"]
+    shape: list[int] = Field(description="shape of one sample, e.g. [28, 28] or [32]")
+    dtype: str = Field(description="dtype of x as stored: uint8 or float32")
+    samples: int = Field(
+        description="training samples (a job's validation split comes out of these)"
+    )
+    test_samples: int | None = Field(description="samples of x_test, if given")
+    classes: int | None = Field(description="max label + 1 (classification only)")
+    size_bytes: int = Field(description="size of the uploaded file")
+    checksum: str = Field(description="sha256 of the uploaded file")
+    created_at: datetime
+
+
+class DatasetsPublic(BaseModel):
+    items: list[DatasetPublic]
+
+
+class ArtifactPublic(BaseModel):
+    """One thing a job produced."""
+
+    kind: Literal["model", "checkpoint", "spec", "log"]
+    name: str = Field(description="file name, or the checkpoint directory's name")
+    size_bytes: int
+    epoch: int | None = Field(None, description="the epoch a checkpoint was taken after")
+    url: str | None = Field(None, description="where to download it, if it can be downloaded")
+
+
+class ArtifactsPublic(BaseModel):
+    """What exists for a job now, and what loading its model needs."""
+
+    job_id: str
+    items: list[ArtifactPublic]
+    input_shape: list[int] | None = Field(
+        None, description="shape of one input sample, for rebuilding the PyTorch module"
+    )
+    outputs: int | None = Field(None, description="classes, or 1 for regression")
+
+
+class DevicePublic(BaseModel):
+    id: str = Field(description="the id the worker was given (EPOCHAL_WORKER_GPUS)")
+    name: str | None = Field(None, description="from nvidia-smi, when it is installed")
+    memory_mb: int | None = None
+
+
+class WorkerPublic(BaseModel):
+    """A live worker, as its heartbeats describe it."""
+
+    name: str
+    hostname: str
+    gpus: int
+    devices: list[DevicePublic]
+    queues: list[str] = Field(description="a worker with G GPUs takes jobs needing 0 … G")
+    busy: bool
+    current_job_id: str | None = Field(
+        None, description="the job it runs, shown when the caller may see that job"
+    )
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+class WorkersPublic(BaseModel):
+    items: list[WorkerPublic]
