@@ -51,6 +51,7 @@ class RawData:
     x_test: np.ndarray | None
     y_test: np.ndarray | None
     unit_scale: float | None  # what "unit" divides by (255 for 8-bit images, 16 for digits)
+    classes: int | None = None  # known from the data set (uploads); else from the labels
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -88,7 +89,13 @@ def find_idx(name: str, data_dir: Path) -> dict[str, Path]:
 
 
 def load_idx_dataset(name: str, data_dir: Path) -> RawData:
-    files = find_idx(name, data_dir)
+    try:
+        files = find_idx(name, data_dir)
+    except DataError as missing:
+        from worker.training.download import download_if_allowed  # rarely needed
+
+        download_if_allowed(name, data_dir, missing)
+        files = find_idx(name, data_dir)
     arrays = {key: read_idx(path) for key, path in files.items()}
     x, y = arrays["train/train-images-idx3-ubyte"], arrays["train/train-labels-idx1-ubyte"]
     xt, yt = arrays["test/t10k-images-idx3-ubyte"], arrays["test/t10k-labels-idx1-ubyte"]
@@ -156,7 +163,7 @@ def split_and_normalize(raw: RawData, spec: JobSpec) -> Splits:
         y_val=y[val_idx] if n_val else None,
         x_test=prep(xt),
         y_test=yt,
-        outputs=_outputs(spec, y, yt),
+        outputs=raw.classes or _outputs(spec, y, yt),
     )
 
 

@@ -1,0 +1,39 @@
+"""Reading an uploaded data set in the training process (the API validated and stored it).
+
+The file is the normalized .npz app.uploads wrote: `x`, `y`, optionally `x_test`, `y_test`.
+It is read with allow_pickle=False all the same: a file on disk is not trusted code.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from worker.training.data import DataError, RawData
+
+UPLOAD_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+
+def load_upload(dataset_id: str, data_dir: Path) -> RawData:
+    """The arrays of upload `dataset_id`; DataError when it is gone or unreadable."""
+    if not UPLOAD_ID.match(dataset_id):  # the spec allows only these; never build a path else
+        raise DataError(f"{dataset_id!r} is not a data set id")
+    path = data_dir / "uploads" / f"{dataset_id}.npz"
+    if not path.is_file():
+        raise DataError(
+            f"uploaded data set {dataset_id} is not in {path.parent}: it was deleted, or this "
+            "worker does not share the API's data directory (EPOCHAL_DATA_DIR)"
+        )
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"uploaded data set {dataset_id} cannot be read: {exc}") from exc
+    x, y = arrays["x"], arrays["y"]
+    x_test, y_test = arrays.get("x_test"), arrays.get("y_test")
+    classes = None
+    if y.dtype.kind in "iu":  # classification: fixed by the whole upload, not by dataset.limit
+        classes = int(y.max()) + 1
+    return RawData(x, y, x_test, y_test, unit_scale=None, classes=classes)
