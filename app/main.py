@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI
 
 from app import errors
 from app.api.deps import current_key
-from app.api.routes import health, jobs
+from app.api.routes import artifacts, datasets, health, jobs, workers
 from app.config import get_settings
 from app.limits import BodySizeLimit
 from app.maintenance import MaintenanceThread
@@ -36,10 +36,17 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        upload_bytes=settings.max_upload_bytes + 64 * 1024,  # the file plus multipart framing
+    )
     # Every /v1 route needs a key, so a new route cannot forget it (P43).
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_key)])
     v1.include_router(jobs.router)
+    v1.include_router(artifacts.router)
+    v1.include_router(datasets.router)
+    v1.include_router(workers.router)
     app.include_router(v1)
     app.include_router(health.router)
     return app

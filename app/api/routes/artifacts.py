@@ -1,0 +1,113 @@
+"""A job's artifacts: list what exists, download the trained model.
+
+Only fixed names under the job's own directory are ever read (the model file, `checkpoints/
+latest`, `spec.json`, `job.log`); nothing in a request becomes a path (reliability P45).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import FileResponse
+
+from app.api.deps import JobDep, SessionDep
+from app.config import get_settings
+from app.models import Dataset, Job, JobStatus
+from app.schemas.api import Problem
+from app.schemas.job_spec import JobSpec, input_shape_and_classes
+from app.schemas.resources import ArtifactPublic, ArtifactsPublic
+
+router = APIRouter(prefix="/jobs", tags=["artifacts"])
+MODEL_FILES = {"model.pt": "pytorch", "model.keras": "tensorflow"}
+CHECKPOINT_NAME = re.compile(r"^epoch-(\d{1,9})$")
+
+
+def _job_dir(job: Job) -> Path:
+    return get_settings().job_dir(job.id).resolve()
+
+
+def _inside(root: Path, path: Path) -> Path | None:
+    """The path if it is a plain file or directory that really lies under root (no symlink out)."""
+    if not path.exists():
+        return None
+    resolved = path.resolve()
+    return resolved if resolved.is_relative_to(root) else None
+
+
+def model_path(job: Job) -> Path | None:
+    root = _job_dir(job)
+    for name in MODEL_FILES:
+        found = _inside(root, root / "model" / name)
+        if found is not None and found.is_file():
+            return found
+    return None
+
+
+def _checkpoint(root: Path) -> ArtifactPublic | None:
+    """The directory `checkpoints/latest` names, with its epoch and total size."""
+    latest = _inside(root, root / "checkpoints" / "latest")
+    if latest is None or not latest.is_file():
+        return None
+    name = latest.read_text().strip()
+    match = CHECKPOINT_NAME.match(name)
+    folder = _inside(root, root / "checkpoints" / name) if match else None
+    if match is None or folder is None or not folder.is_dir():
+        return None
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    return ArtifactPublic(kind="checkpoint", name=name, size_bytes=size, epoch=int(match[1]))
+
+
+def _model_io(session: SessionDep, job: Job) -> tuple[list[int] | None, int | None]:
+    """Input shape and outputs of the trained model, from the spec or the upload's row."""
+    spec = JobSpec.model_validate(job.spec)
+    known = input_shape_and_classes(spec)
+    if known is not None:
+        return list(known[0]), known[1]
+    row = session.get(Dataset, spec.dataset.id) if spec.dataset.id else None
+    if row is None:  # the upload was deleted after the job finished
+        return None, None
+    return list(row.shape), (row.classes or 1) if spec.task == "classification" else 1
+
+
+@router.get("/{job_id}/artifacts", response_model=ArtifactsPublic)
+def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
+    """What the job has produced so far: model, last checkpoint, resolved spec, log."""
+    root, items = _job_dir(job), []
+    model = model_path(job)
+    if model is not None and job.status == JobStatus.succeeded:
+        url = f"/v1/jobs/{job.id}/artifacts/model"
+        items.append(
+            ArtifactPublic(kind="model", name=model.name, size_bytes=model.stat().st_size, url=url)
+        )
+    if (checkpoint := _checkpoint(root)) is not None:
+        items.append(checkpoint)
+    for kind, name in (("spec", "spec.json"), ("log", "job.log")):
+        found = _inside(root, root / name)
+        if found is not None and found.is_file():
+            items.append(ArtifactPublic(kind=kind, name=name, size_bytes=found.stat().st_size))
+    shape, outputs = _model_io(session, job)
+    return ArtifactsPublic(job_id=job.id, items=items, input_shape=shape, outputs=outputs)
+
+
+@router.get(
+    "/{job_id}/artifacts/model",
+    response_class=FileResponse,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "the model file"},
+        404: {"model": Problem, "description": "no such job, or no model yet"},
+    },
+)
+def download_model(job: JobDep) -> FileResponse:
+    """The trained model: PyTorch state_dict (`model.pt`) or a Keras file (`model.keras`)."""
+    path = model_path(job)
+    # Only a succeeded job's model is whole: the file is written before the job is marked done.
+    if path is None or job.status != JobStatus.succeeded:
+        raise HTTPException(404, f"job {job.id} has no model (status {job.status})")
+    safe_name = re.sub(r"[^\w.\-]", "-", job.name)
+    return FileResponse(
+        path,
+        media_type="application/octet-stream",
+        filename=f"{safe_name}-{job.id[:8]}{path.suffix}",
+    )

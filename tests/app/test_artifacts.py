@@ -1,0 +1,101 @@
+"""Artifact routes, in-process: what is listed, when the model is served, and that nothing
+outside the job's own files is ever read.
+
+Real trained models are downloaded and loaded in tests/e2e/test_data_and_workers.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app import crud
+from app.config import get_settings
+from app.db import session_scope
+from app.models import JobStatus
+from tests.conftest import make_key
+
+BODY = {"framework": "pytorch", "dataset": {"name": "digits"}, "name": "my job"}
+
+
+@pytest.fixture
+def client(sqlite_env: dict[str, str]) -> Iterator[TestClient]:
+    from app.main import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {make_key('owner')}"
+        yield test_client
+
+
+def job_with_files(client: TestClient, status: JobStatus) -> tuple[str, Path]:
+    """A job moved through the real state machine, with files where the worker puts them."""
+    job_id = client.post("/v1/jobs", json=BODY).json()["id"]
+    with session_scope() as session:
+        crud.claim_job(session, job_id, "w1", 30)
+        if status != JobStatus.running:
+            crud.finish_job(session, job_id, 1, status, stop_reason="completed", reason="test")
+    root = get_settings().job_dir(job_id)
+    (root / "model").mkdir(parents=True)
+    (root / "model" / "model.pt").write_bytes(b"w" * 100)
+    checkpoint = root / "checkpoints" / "epoch-0003"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.pt").write_bytes(b"c" * 40)
+    (checkpoint / "loop.json").write_bytes(b"{}")
+    (root / "checkpoints" / "latest").write_text("epoch-0003")
+    (root / "spec.json").write_text("{}")
+    (root / "job.log").write_text("hello\n")
+    return job_id, root
+
+
+def test_a_succeeded_job_lists_its_files_and_serves_its_model(client: TestClient) -> None:
+    job_id, _ = job_with_files(client, JobStatus.succeeded)
+    listing = client.get(f"/v1/jobs/{job_id}/artifacts").json()
+    assert listing["input_shape"] == [8, 8] and listing["outputs"] == 10
+    by_kind = {item["kind"]: item for item in listing["items"]}
+    assert by_kind["model"] == {
+        "kind": "model",
+        "name": "model.pt",
+        "size_bytes": 100,
+        "epoch": None,
+        "url": f"/v1/jobs/{job_id}/artifacts/model",
+    }
+    assert (by_kind["checkpoint"]["name"], by_kind["checkpoint"]["epoch"]) == ("epoch-0003", 3)
+    assert by_kind["checkpoint"]["size_bytes"] == 42
+    assert by_kind["spec"]["size_bytes"] == 2 and by_kind["log"]["size_bytes"] == 6
+    model = client.get(f"/v1/jobs/{job_id}/artifacts/model")
+    assert model.status_code == 200 and model.content == b"w" * 100
+    assert f'filename="my-job-{job_id[:8]}.pt"' in model.headers["content-disposition"]
+
+
+def test_no_model_until_the_job_succeeded(client: TestClient) -> None:
+    job_id, _ = job_with_files(client, JobStatus.running)
+    kinds = [item["kind"] for item in client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]]
+    assert kinds == ["checkpoint", "spec", "log"]
+    response = client.get(f"/v1/jobs/{job_id}/artifacts/model")
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert "status running" in response.json()["detail"]
+
+
+def test_nothing_outside_the_job_directory_is_read(client: TestClient, tmp_path: Path) -> None:
+    job_id, root = job_with_files(client, JobStatus.succeeded)
+    secret = tmp_path / "secret"
+    secret.write_text("private")
+    (root / "model" / "model.pt").unlink()
+    (root / "model" / "model.pt").symlink_to(secret)
+    (root / "checkpoints" / "latest").write_text("../../../")
+    (root / "job.log").unlink()
+    (root / "job.log").symlink_to(secret)
+    kinds = [item["kind"] for item in client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]]
+    assert kinds == ["spec"]
+    assert client.get(f"/v1/jobs/{job_id}/artifacts/model").status_code == 404
+
+
+def test_another_keys_job_is_404(client: TestClient) -> None:
+    job_id, _ = job_with_files(client, JobStatus.succeeded)
+    other = {"Authorization": f"Bearer {make_key('other')}"}
+    for path in (f"/v1/jobs/{job_id}/artifacts", f"/v1/jobs/{job_id}/artifacts/model"):
+        assert client.get(path, headers=other).status_code == 404
