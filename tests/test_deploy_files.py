@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -13,19 +14,46 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def compose_config() -> dict:  # type: ignore[type-arg]
+def run_config(
+    file: str = "docker-compose.yml", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     if shutil.which("docker-compose") is None:
         if os.environ.get("EPOCHAL_REQUIRE_COMPOSE"):
             pytest.fail("docker-compose is required here (make install puts it in with apt)")
         pytest.skip("docker-compose is not installed")
-    out = subprocess.run(
-        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"],
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("EPOCHAL_", "POSTGRES_"))}
+    return subprocess.run(
+        ["docker-compose", "-f", str(ROOT / file), "config"],
         capture_output=True,
         text=True,
         cwd=ROOT,
+        env={**clean, **(env or {})},
     )
+
+
+def compose_config(
+    file: str = "docker-compose.yml", env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    out = run_config(file, env)
     assert out.returncode == 0, out.stderr
-    return yaml.safe_load(out.stdout)
+    config: dict[str, Any] = yaml.safe_load(out.stdout)
+    return config
+
+
+def gpu_sets(services: dict[str, Any]) -> dict[str, list[str]]:
+    """Host GPU ids each worker service reserves, checked against what it declares inside."""
+    sets = {}
+    for name, service in services.items():
+        if not name.startswith("worker"):
+            continue
+        device = service["deploy"]["resources"]["reservations"]["devices"][0]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+        env = service["environment"]
+        # Inside a container the reserved GPUs are renumbered 0..n-1.
+        local = ",".join(str(i) for i in range(len(device["device_ids"])))
+        assert env["EPOCHAL_WORKER_GPUS"] == env["CUDA_VISIBLE_DEVICES"] == local, name
+        sets[name] = device["device_ids"]
+    return sets
 
 
 def test_compose_file_is_valid_and_has_the_production_services() -> None:
@@ -48,3 +76,37 @@ def test_api_image_has_no_framework() -> None:
     api_stage = dockerfile.split("FROM base AS api")[1].split("FROM base AS worker")[0]
     assert "torch" not in api_stage and "tensorflow" not in api_stage
     assert "FROM base AS worker" in dockerfile
+
+
+def test_a_four_gpu_box_runs_two_workers_or_one_over_all() -> None:
+    services = compose_config()["services"]
+    assert gpu_sets(services) == {
+        "worker": ["0", "1"],
+        "worker-b": ["2", "3"],
+        "worker-all": ["0", "1", "2", "3"],
+    }
+    assert "profiles" not in services["worker"]  # the default: one worker over GPUs 0,1
+    assert services["worker-b"]["profiles"] == ["four-gpus"]
+    assert services["worker-all"]["profiles"] == ["all-gpus"]
+    names = [services[w]["command"][-1] for w in ("worker", "worker-b", "worker-all")]
+    assert len(set(names)) == 3  # distinct Celery node names
+    # PostgreSQL and Redis listen on loopback unless EPOCHAL_BIND opens them to other boxes.
+    for name, port in (("postgres", "5432"), ("redis", "6379")):
+        assert services[name]["ports"][0].startswith(f"127.0.0.1:{port}:{port}")
+    bound = compose_config(env={"EPOCHAL_BIND": "10.0.0.5"})["services"]
+    assert bound["redis"]["ports"][0].startswith("10.0.0.5:6379")
+    assert "--requirepass" in services["redis"]["command"]
+
+
+def test_a_second_box_runs_only_workers_against_the_first_box() -> None:
+    env = {"EPOCHAL_MAIN_HOST": "10.0.0.5", "EPOCHAL_DATA": "/mnt/epochal"}
+    services = compose_config("docker-compose.worker.yml", env)["services"]
+    assert gpu_sets(services) == {"worker": ["0", "1"], "worker-b": ["2", "3"]}
+    assert set(services) == {"worker", "worker-b"}  # no database, broker, API or migrate
+    for service in services.values():
+        environment = service["environment"]
+        assert "@10.0.0.5:5432/epochal" in environment["EPOCHAL_DATABASE_URL"]
+        assert environment["EPOCHAL_BROKER_URL"].endswith("@10.0.0.5:6379/0")
+        assert service["volumes"] == ["/mnt/epochal:/data:rw"]
+    missing = run_config("docker-compose.worker.yml", {"EPOCHAL_DATA": "/mnt/epochal"})
+    assert missing.returncode != 0 and "EPOCHAL_MAIN_HOST" in missing.stderr
