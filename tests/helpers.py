@@ -220,3 +220,10 @@ def wait_for_status(
         return job if job["status"] in statuses else None
 
     return wait_until(done, timeout, f"job {job_id} to reach {statuses}", interval=0.3)
+
+
+def submit_job(client: httpx.Client, **spec: Any) -> dict[str, Any]:
+    """POST a spec (a PyTorch job unless it says otherwise); the 201 body."""
+    response = client.post("/v1/jobs", json={"framework": "pytorch", **spec})
+    assert response.status_code == 201, response.text
+    return dict(response.json())

@@ -20,7 +20,14 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from tests.helpers import ROOT, Service, running_service, wait_for_status, wait_until
+from tests.helpers import (
+    ROOT,
+    Service,
+    running_service,
+    submit_job,
+    wait_for_status,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,12 +46,6 @@ def client(service: Service) -> Iterator[httpx.Client]:
         yield c
 
 
-def submit(client: httpx.Client, **spec: Any) -> dict[str, Any]:
-    response = client.post("/v1/jobs", json={"framework": "pytorch", **spec})
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
 def test_a_job_needing_more_gpus_than_any_worker_waits_and_says_why(
     client: httpx.Client,
 ) -> None:
@@ -57,8 +58,8 @@ def test_a_job_needing_more_gpus_than_any_worker_waits_and_says_why(
     assert workers[2]["queues"] == ["gpus-0", "gpus-1", "gpus-2"]
     assert [d["id"] for d in workers[2]["devices"]] == ["0", "1"]
     assert workers[0]["queues"] == ["gpus-0"] and workers[0]["devices"] == []
-    big = submit(client, resources={"gpus": 4}, dataset={"name": "digits"})
-    small = submit(client, dataset={"name": "digits"}, training={"epochs": 1})
+    big = submit_job(client, resources={"gpus": 4}, dataset={"name": "digits"})
+    small = submit_job(client, dataset={"name": "digits"}, training={"epochs": 1})
     assert wait_for_status(client, small["id"], {"succeeded", "failed"})["status"] == "succeeded"
     waiting = client.get(f"/v1/jobs/{big['id']}").json()  # still untouched after that
     assert waiting["status"] == "queued" and waiting["attempt"] == 0
@@ -97,7 +98,7 @@ def test_upload_train_download_and_load_the_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dataset_id, x_test, y_test = upload_digits(client)
-    job = submit(
+    job = submit_job(
         client,
         framework=framework,
         dataset={"id": dataset_id, "normalize": "none"},  # x is already in [0, 1]
