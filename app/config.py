@@ -52,7 +52,7 @@ class Settings(BaseSettings):
 
     # Limits at the door.
     max_body_bytes: int = Field(1_000_000, ge=1024)
-    max_upload_bytes: int = Field(200_000_000, ge=1024)
+    max_upload_bytes: int = Field(200_000_000, ge=1024, le=2**31 - 1)  # dataset.size_bytes is int4
     max_upload_array_bytes: int = Field(
         1_000_000_000, ge=1024, description="Arrays of one upload once decompressed, in memory."
     )
