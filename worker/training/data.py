@@ -205,6 +205,12 @@ def epoch_order(samples: int, seed: int, epoch_index: int, shuffle: bool) -> np.
     return np.random.default_rng([seed, epoch_index, 1]).permutation(samples)
 
 
+def epoch_seed(seed: int, epoch_index: int, rank: int = 0) -> int:
+    """A seed for one epoch's random draws (dropout) on one rank, from the job's seed."""
+    state = np.random.SeedSequence([seed, epoch_index, rank, 2]).generate_state(1, np.uint64)
+    return int(state[0] % 2**63)
+
+
 def global_steps(samples: int, global_batch: int, replicas: int) -> int:
     """Steps per epoch; with several replicas the partial last batch is dropped (P21)."""
     if replicas > 1:
