@@ -14,13 +14,14 @@ from collections.abc import Callable
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.training import seeds  # noqa: E402
-from benchmarks.training.common import EpochTimes, engine  # noqa: E402
+from benchmarks.training.common import EpochTimes, engine, seed_equivalent_spec  # noqa: E402
 
 CASES: dict[str, Callable[[int], EpochTimes]] = {
     "pytorch_seed": seeds.pytorch_seed,
-    "pytorch_engine": lambda epochs: engine("pytorch", epochs),
+    "pytorch_engine": lambda epochs: engine(seed_equivalent_spec("pytorch", epochs)),
     "tensorflow_seed": seeds.tensorflow_seed,
-    "tensorflow_engine": lambda epochs: engine("tensorflow", epochs),
+    "tensorflow_engine": lambda epochs: engine(seed_equivalent_spec("tensorflow", epochs)),
+    "keras_fit": seeds.keras_fit,
 }
 
 if __name__ == "__main__":

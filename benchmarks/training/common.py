@@ -37,13 +37,10 @@ class EpochTimes:
 def fashion_arrays() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """Fashion-MNIST as uint8 images and int64 labels, the way keras.datasets returns them."""
     files = find_idx("fashion_mnist", DATA_DIR)
-    x, y = read_idx(files["train/train-images-idx3-ubyte"]), read_idx(
-        files["train/train-labels-idx1-ubyte"]
-    )
-    xt, yt = read_idx(files["test/t10k-images-idx3-ubyte"]), read_idx(
-        files["test/t10k-labels-idx1-ubyte"]
-    )
-    return (x, y.astype(np.int64)), (xt, yt.astype(np.int64))
+    arrays = {key: read_idx(path) for key, path in files.items()}
+    train = arrays["train/train-images-idx3-ubyte"], arrays["train/train-labels-idx1-ubyte"]
+    test = arrays["test/t10k-images-idx3-ubyte"], arrays["test/t10k-labels-idx1-ubyte"]
+    return (train[0], train[1].astype(np.int64)), (test[0], test[1].astype(np.int64))
 
 
 def seed_equivalent_spec(framework: str, epochs: int) -> dict[str, Any]:
@@ -68,7 +65,7 @@ def seed_equivalent_spec(framework: str, epochs: int) -> dict[str, Any]:
     }
 
 
-def engine(framework: str, epochs: int) -> EpochTimes:
+def engine(body: dict[str, Any], gpus: list[int] | None = None) -> EpochTimes:
     """The worker's own attempt (run_attempt: loop, callbacks, checkpoints), no database."""
     from app.schemas.job_spec import JobSpec
     from worker.trainer import run_attempt
@@ -76,13 +73,14 @@ def engine(framework: str, epochs: int) -> EpochTimes:
     from worker.training.callbacks import EpochLog, TrainState
     from worker.training.data import load_splits
 
-    spec = JobSpec.model_validate(seed_equivalent_spec(framework, epochs))
+    spec = JobSpec.model_validate(body)
     splits = load_splits(spec, DATA_DIR)
-    backend = create_backend(spec, splits, Placement())
+    backend = create_backend(spec, splits, Placement(gpus=gpus or []))
     log = EpochLog()
     with tempfile.TemporaryDirectory() as workdir:
-        state = TrainState(epochs=epochs, learning_rate=spec.optimizer.learning_rate)
+        state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
         outcome = run_attempt(spec, Path(workdir), backend, splits, state, [log])
     backend.close()
-    seconds = [row["samples_per_second"] and SAMPLES / row["samples_per_second"] for row in log.rows]
-    return EpochTimes(seconds, SAMPLES, float(outcome.result["test_accuracy"]))
+    samples = len(splits.x_train)
+    seconds = [samples / row["samples_per_second"] for row in log.rows]
+    return EpochTimes(seconds, samples, float(outcome.result["test_accuracy"]))

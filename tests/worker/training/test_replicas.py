@@ -8,6 +8,7 @@ processes under DDP.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -50,3 +51,19 @@ def test_two_replicas_take_the_same_step_as_one(framework: str, tmp_path: Path) 
     assert samples == 128 and loss == pytest.approx(one["scores"][0], rel=1e-5)
     # validation is reduced over the whole split (43 samples), not averaged per rank
     assert [val_loss, val_accuracy] == pytest.approx(list(one["scores"][2:]), rel=1e-5)
+
+
+def test_a_loss_gone_non_finite_on_one_ddp_rank_stops_both(tmp_path: Path) -> None:
+    """Reliability R5, DDP variant: rank 1 alone sees an infinite input; both ranks stop at
+    the same step boundary, neither hangs in a collective, no checkpoint is written."""
+    env = {**os.environ, "EPOCHAL_DDP_INIT": f"file://{tmp_path}/store", "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "tests.worker.training.ddp_attempt"]
+    procs = [
+        subprocess.Popen([*argv, str(rank), str(tmp_path)], cwd=ROOT, env=env) for rank in (0, 1)
+    ]
+    assert [proc.wait(timeout=120) for proc in procs] == [0, 0]
+    for rank in (0, 1):
+        outcome = json.loads((tmp_path / f"outcome-rank{rank}.json").read_text())
+        assert (outcome["status"], outcome["stop_reason"]) == ("failed", "non_finite_loss")
+        assert "epoch 1, step 3;" in outcome["error"]  # the step agreed by both ranks
+    assert not (tmp_path / "checkpoints").exists()

@@ -8,6 +8,7 @@ the host syncs only every CHECK_EVERY steps (to notice a cancel or a non-finite 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,17 +180,20 @@ class TorchBackend:
         return loss.detach(), metric.detach()
 
     def _first_bad_step(self, step_losses: torch.Tensor, begin: int, end: int) -> int | None:
-        finite = torch.isfinite(step_losses[begin:end])
-        bad = distributed.any_rank(not bool(finite.all()), self.placement)
-        if not bad:
-            return None
-        local = (~finite).nonzero()
-        return begin + (int(local[0]) if len(local) else 0) + 1
+        """The first step (1-based) in [begin, end) whose loss is not finite on any rank.
+
+        Agreed by all ranks (a MIN over ranks, as a MAX of negatives): a rank whose own
+        losses were still finite at that step reports it too, so every rank stops together.
+        """
+        local = (~torch.isfinite(step_losses[begin:end])).nonzero()
+        mine = begin + int(local[0]) + 1 if len(local) else end + 1
+        first = -distributed.max_all(-mine, self.placement)
+        return first if first <= end else None
 
     def _bad_epoch(self, bad_step: int, step_losses: torch.Tensor) -> TrainedEpoch:
-        return TrainedEpoch(
-            logs={"loss": float(step_losses[bad_step - 1])}, samples=0, bad_step=bad_step
-        )
+        loss = float(step_losses[bad_step - 1])
+        loss = loss if not math.isfinite(loss) else math.nan  # it was not finite elsewhere
+        return TrainedEpoch(logs={"loss": loss}, samples=0, bad_step=bad_step)
 
     @torch.inference_mode()
     def evaluate(self, split: str) -> Logs:
