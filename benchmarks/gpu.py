@@ -58,9 +58,8 @@ def main() -> int:
     print(f"machine: {machine.describe()}", flush=True)
     from benchmarks.training.suite import bench, run_case
 
-    devices: dict[str, str] = {}
-    for framework in ("pytorch", "tensorflow"):
-        devices |= run_case("--probe", framework, module="benchmarks.gpu")
+    probes = {f: run_case("--probe", f, module="benchmarks.gpu") for f in ("pytorch", "tensorflow")}
+    devices = {f: str(probe["device"]) for f, probe in probes.items() if probe["device"]}
     if not devices:
         print("no GPU visible to PyTorch or TensorFlow here: nothing to measure (exit 0)")
         return 0
@@ -80,8 +79,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--probe"]:
-        name = gpu_name(sys.argv[2])
-        print("RESULT " + json.dumps({sys.argv[2]: name} if name else {}))
+        print("RESULT " + json.dumps({"device": gpu_name(sys.argv[2])}))
     elif sys.argv[1:2] == ["--case"]:
         print("RESULT " + json.dumps(case(*sys.argv[2:5])))
     else:
