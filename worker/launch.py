@@ -55,9 +55,12 @@ def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
 
 
 def placement_for(spec: JobSpec, rank: int) -> Placement:
+    """This process's part: a DDP rank (PyTorch, one process per replica) or every replica
+    of a MirroredStrategy (TensorFlow, one process). DDP ranks split the CPUs this process
+    may run on (its affinity, not the host's core count), so they do not oversubscribe."""
     replicas = spec.resources.replica_count
     ddp = spec.framework == "pytorch" and replicas > 1
-    threads = max(1, (os.cpu_count() or 1) // replicas) if ddp else None
+    threads = max(1, len(os.sched_getaffinity(0)) // replicas) if ddp else None
     gpus = ([rank] if ddp else list(range(replicas))) if spec.resources.gpus else []
     return Placement(
         replicas=replicas if ddp or spec.framework == "tensorflow" else 1,
