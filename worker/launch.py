@@ -27,6 +27,7 @@ from worker.training.callbacks import TrainState
 
 log = logging.getLogger("epochal.child")
 STOP_SIGNAL = signal.SIGUSR1
+RANK_GRACE_SECONDS = 60.0
 
 
 def die_with_parent() -> None:
@@ -54,9 +55,12 @@ def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
 
 
 def placement_for(spec: JobSpec, rank: int) -> Placement:
+    """This process's part: a DDP rank (PyTorch, one process per replica) or every replica
+    of a MirroredStrategy (TensorFlow, one process). DDP ranks split the CPUs this process
+    may run on (its affinity, not the host's core count), so they do not oversubscribe."""
     replicas = spec.resources.replica_count
     ddp = spec.framework == "pytorch" and replicas > 1
-    threads = max(1, (os.cpu_count() or 1) // replicas) if ddp else None
+    threads = max(1, len(os.sched_getaffinity(0)) // replicas) if ddp else None
     gpus = ([rank] if ddp else list(range(replicas))) if spec.resources.gpus else []
     return Placement(
         replicas=replicas if ddp or spec.framework == "tensorflow" else 1,
@@ -67,33 +71,31 @@ def placement_for(spec: JobSpec, rank: int) -> Placement:
 
 
 def run_ranks(job_id: str, attempt: int, workdir: Path, replicas: int) -> int:
-    """Start one process per DDP rank and wait; if one fails, stop the others."""
+    """Start one process per DDP rank and wait; when one ends, the rest may not linger.
+
+    Ranks agree on when and why to stop, and one that raises breaks the others' collectives,
+    so after a rank exits the others normally exit within moments (rank 0 writing the
+    outcome); one still running after RANK_GRACE_SECONDS is stuck and is killed. A rank
+    killed by a signal cannot take part any more: the others are killed at once.
+    """
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the ranks themselves handle it
     store = workdir / f"ddp-store-{attempt}"
     store.unlink(missing_ok=True)
     env = {**os.environ, "EPOCHAL_DDP_INIT": f"file://{store}"}
-    ranks = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "worker.launch",
-                job_id,
-                "--attempt",
-                str(attempt),
-                "--rank",
-                str(rank),
-            ],
-            env=env,
-        )
-        for rank in range(replicas)
-    ]
+    argv = [sys.executable, "-m", "worker.launch", job_id, "--attempt", str(attempt)]
+    ranks = [subprocess.Popen([*argv, "--rank", str(rank)], env=env) for rank in range(replicas)]
+    first_exit: float | None = None
     while any(rank.poll() is None for rank in ranks):
-        if any(rank.poll() not in (None, 0) for rank in ranks):
-            for rank in ranks:  # a dead rank would leave the others waiting in a collective
+        codes = [rank.poll() for rank in ranks]
+        if first_exit is None and any(code is not None for code in codes):
+            first_exit = time.monotonic()
+        killed = any(code is not None and code < 0 for code in codes)
+        if killed or (first_exit and time.monotonic() - first_exit > RANK_GRACE_SECONDS):
+            for rank in ranks:
                 if rank.poll() is None:
                     rank.kill()
         time.sleep(0.2)
+    store.unlink(missing_ok=True)
     return next((rank.returncode for rank in ranks if rank.returncode), 0)
 
 

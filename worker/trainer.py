@@ -1,8 +1,14 @@
-"""One attempt of one job, in the training process: data, back-end, callbacks, fit, result."""
+"""One attempt of one job, in the training process: data, back-end, callbacks, fit, result.
+
+`train` is what worker.launch calls: it adds the database's part (the metrics row, forgetting
+rows of epochs a resumed attempt replays) to `run_attempt`, which is the whole attempt without
+a database, so tests and benchmarks run exactly this code in-process.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +33,9 @@ def best_monitor(spec: JobSpec, validate: bool) -> Monitor:
 
 
 def build_callbacks(
-    spec: JobSpec, backend: Backend, monitor: Monitor, record: Callback | None
+    spec: JobSpec, backend: Backend, monitor: Monitor, record: Sequence[Callback] = ()
 ) -> list[Callback]:
-    """In order: schedule, best epoch, early stopping, the metrics row (main rank only)."""
+    """In order: schedule, best epoch, early stopping, then `record` (main rank only)."""
     callbacks: list[Callback] = [
         LRSchedule(spec.lr_scheduler, spec.optimizer.learning_rate),
         BestEpoch(monitor),
@@ -47,9 +53,7 @@ def build_callbacks(
                 set_weights=backend.set_weights,
             )
         )
-    if record is not None:
-        callbacks.append(record)
-    return callbacks
+    return callbacks + list(record)
 
 
 def final_result(
@@ -70,6 +74,16 @@ def final_result(
     }
 
 
+class ForgetReplayedEpochs(Callback):
+    """A resumed attempt redoes the epochs after its checkpoint: their old rows go (P35)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+    def on_train_begin(self, state: TrainState) -> None:
+        forget_epochs_after(self.job_id, state.epoch)
+
+
 def train(
     spec: JobSpec,
     job_id: str,
@@ -85,36 +99,36 @@ def train(
     except DataError as exc:
         return Outcome.failure("invalid_data", str(exc))
     backend = create_backend(spec, splits, placement)
+    record: list[Callback] = []
+    if backend.is_main:
+        record = [ForgetReplayedEpochs(job_id), DbMetricRecorder(job_id, attempt)]
     try:
-        return _fit_and_finish(spec, job_id, attempt, workdir, backend, splits, state)
+        return run_attempt(spec, workdir, backend, splits, state, record)
     finally:
         backend.close()
 
 
-def _fit_and_finish(
+def run_attempt(
     spec: JobSpec,
-    job_id: str,
-    attempt: int,
     workdir: Path,
     backend: Backend,
     splits: Splits,
     state: TrainState,
+    record: Sequence[Callback] = (),
 ) -> Outcome:
+    """Resume from the latest checkpoint in workdir if any, fit, then checkpoint and export."""
     validate = splits.x_val is not None
-    recorder = DbMetricRecorder(job_id, attempt) if backend.is_main else None
-    callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), recorder))
+    callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), record))
     checkpointer = Checkpointer(workdir / "checkpoints", backend, spec.checkpoint_every_epochs)
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)
-    checkpointer.restore(state)  # a resumed attempt continues after the last checkpoint
-    if backend.is_main:
-        forget_epochs_after(job_id, state.epoch)
+    checkpointer.restore(state)
     started = time.perf_counter()
-    logs = fit(backend, state, callbacks, validate)
+    fitted = fit(backend, state, callbacks, validate)
     seconds = time.perf_counter() - started
-    reason = state.stop_reason
-    if reason == "non_finite_loss":
-        return Outcome.failure("non_finite_loss", state.stop_detail or "non-finite loss", reason)
+    reason = fitted.stop_reason
+    if reason == "non_finite_loss":  # the last good checkpoint stays the latest
+        return Outcome.failure("non_finite_loss", fitted.stop_detail or "non-finite loss", reason)
     checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
     if reason in ("cancelled", "timeout"):
         status = "cancelled" if reason == "cancelled" else "failed"
@@ -126,7 +140,7 @@ def _fit_and_finish(
             error=detail if reason == "timeout" else None,
         )
     if backend.is_main:
-        (workdir / "model").mkdir(exist_ok=True)
+        (workdir / "model").mkdir(parents=True, exist_ok=True)
         backend.export_model(workdir / "model")
-    result = final_result(backend, splits, state, logs, seconds)
+    result = final_result(backend, splits, state, fitted.logs, seconds)
     return Outcome("succeeded", reason or "completed", result=result)

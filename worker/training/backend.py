@@ -56,14 +56,16 @@ class Backend(Protocol):
     def set_weights(self, weights: list[np.ndarray]) -> None: ...
     def l2_penalty(self) -> float: ...
     def parameter_count(self) -> int: ...
-    def save_checkpoint(self, directory: Path) -> None: ...
+    def save_checkpoint(self, directory: Path) -> None:
+        """Model, optimizer and RNG state: enough for a fresh process to continue exactly."""
+
     def load_checkpoint(self, directory: Path) -> None: ...
 
     def export_model(self, directory: Path) -> Path:
         """Write the trained model in the framework's own format; return the file."""
 
-    def any_rank(self, flag: bool) -> bool:
-        """True on every rank when it is true on any (so no rank waits alone)."""
+    def agree(self, value: int) -> int:
+        """The largest value any rank holds, on every rank (so no rank decides alone)."""
 
     def close(self) -> None: ...
 

@@ -119,3 +119,13 @@ class BestEpoch(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {}
+
+
+class EpochLog(Callback):
+    """Keeps each epoch's logs in memory: the metrics row, for tests and benchmarks."""
+
+    def __init__(self) -> None:
+        self.rows: list[Logs] = []
+
+    def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
+        self.rows.append({"epoch": float(state.epoch), **logs})

@@ -153,18 +153,26 @@ def split_and_normalize(raw: RawData, spec: JobSpec) -> Splits:
     val_idx, train_idx = np.sort(order[:n_val]), np.sort(order[n_val:])
     if len(train_idx) == 0:
         raise DataError("no training samples left after the validation split")
-    x = x.astype(np.float32)
-    scale, shift = _normalizer(x[train_idx], raw.unit_scale, ds.normalize)
-    prep = lambda a: None if a is None else ((a.astype(np.float32) - shift) / scale)  # noqa: E731
+    # Index in the stored dtype (uint8 images: a quarter of the bytes), convert once, then
+    # normalize in place: one float32 copy per split instead of four.
+    x_train = x[train_idx].astype(np.float32)
+    scale, shift = _normalizer(x_train, raw.unit_scale, ds.normalize)
     return Splits(
-        x_train=prep(x[train_idx]),
+        x_train=_normalize(x_train, scale, shift),
         y_train=y[train_idx],
-        x_val=prep(x[val_idx]) if n_val else None,
+        x_val=_normalize(x[val_idx].astype(np.float32), scale, shift) if n_val else None,
         y_val=y[val_idx] if n_val else None,
-        x_test=prep(xt),
+        x_test=None if xt is None else _normalize(xt.astype(np.float32), scale, shift),
         y_test=yt,
         outputs=raw.classes or _outputs(spec, y, yt),
     )
+
+
+def _normalize(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """(x - shift) / scale, in place on a float32 array of our own."""
+    x -= shift
+    x /= scale
+    return x
 
 
 def _outputs(spec: JobSpec, y: np.ndarray, y_test: np.ndarray | None) -> int:
@@ -210,6 +218,12 @@ def epoch_order(samples: int, seed: int, epoch_index: int, shuffle: bool) -> np.
     if not shuffle:
         return np.arange(samples)
     return np.random.default_rng([seed, epoch_index, 1]).permutation(samples)
+
+
+def epoch_seed(seed: int, epoch_index: int, rank: int = 0) -> int:
+    """A seed for one epoch's random draws (dropout) on one rank, from the job's seed."""
+    state = np.random.SeedSequence([seed, epoch_index, rank, 2]).generate_state(1, np.uint64)
+    return int(state[0] % 2**63)
 
 
 def global_steps(samples: int, global_batch: int, replicas: int) -> int:

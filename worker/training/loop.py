@@ -1,38 +1,56 @@
 """The training loop, once for both frameworks: it reads top to bottom.
 
 Each epoch: set the rate, train over shuffled samples, validate over the whole split, hand a
-dict of floats to the callbacks (early stopping, schedule, metrics row, checkpoint), then let
-every rank agree on whether to stop so none is left waiting in a collective.
+dict of floats to the callbacks (early stopping, schedule, metrics row, checkpoint). Before
+every epoch, and once after the last, all ranks agree on whether and why to stop: a cancel
+signal reaches DDP ranks at slightly different moments, and a rank that left alone would leave
+the others waiting in a collective (reliability P31).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
+# Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere.
+STOP_REASONS = ("early_stopping", "cancelled", "timeout", "non_finite_loss")
 
-def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool) -> Logs:
+
+@dataclass
+class Fitted:
+    """How fit ended, as every rank agreed it: the last logs and the stop reason (None: done)."""
+
+    logs: Logs
+    stop_reason: str | None
+    stop_detail: str | None
+
+
+def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool) -> Fitted:
     """Train epochs state.epoch+1 … state.epochs (a resumed state starts part-way)."""
     callbacks.on_train_begin(state)
     logs: Logs = {}
-    while state.epoch < state.epochs and not state.should_stop:
+    while True:
+        stopped = agree_on_stop(backend, state)
+        if stopped or state.epoch >= state.epochs:
+            break
         callbacks.on_epoch_begin(state)
         backend.set_learning_rate(state.learning_rate)
         started = time.perf_counter()
         trained = backend.train_epoch(state)
         if trained is None:  # cancel or timeout arrived mid-epoch: keep only finished epochs
             state.request_stop(state.interrupt or "cancelled")
-            break
+            continue
         if trained.bad_step is not None:
             state.request_stop(
                 "non_finite_loss",
                 f"the loss became {trained.logs.get('loss')} at epoch {state.epoch + 1}, "
                 f"step {trained.bad_step}; lower the learning rate or check the data",
             )
-            break
+            continue
         train_seconds = time.perf_counter() - started
         state.epoch += 1
         logs = dict(trained.logs)
@@ -44,6 +62,23 @@ def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool
             "samples_per_second": trained.samples / train_seconds if train_seconds else math.nan,
         }
         callbacks.on_epoch_end(state, logs)
-        state.should_stop = backend.any_rank(state.should_stop)
+    # The agreed reason is final: a signal arriving after the last agreement changes nothing.
+    reason = state.stop_reason if stopped else None
+    fitted = Fitted(logs, reason, state.stop_detail if reason else None)
     callbacks.on_train_end(state, logs)
-    return logs
+    return fitted
+
+
+def agree_on_stop(backend: Backend, state: TrainState) -> bool:
+    """Every rank adopts the highest-priority stop any rank asked for (one collective)."""
+    mine = 0
+    if state.should_stop:
+        reason = state.stop_reason if state.stop_reason in STOP_REASONS else "cancelled"
+        mine = STOP_REASONS.index(reason) + 1
+    agreed = backend.agree(mine)
+    if agreed == 0:
+        return False
+    reason = STOP_REASONS[agreed - 1]
+    if state.stop_reason != reason:
+        state.should_stop, state.stop_reason, state.stop_detail = True, reason, None
+    return True

@@ -22,10 +22,13 @@ from app.schemas.job_spec import JobSpec  # noqa: E402
 from worker.training.backend import Placement, TrainedEpoch  # noqa: E402
 from worker.training.callbacks import Logs, TrainState  # noqa: E402
 from worker.training.data import Splits, epoch_order, global_steps  # noqa: E402
-from worker.training.tf.models import build_model, build_optimizer  # noqa: E402
+from worker.training.init import initial_weights  # noqa: E402
+from worker.training.tf.models import build_model  # noqa: E402
+from worker.training.tf.optimizers import build_optimizer  # noqa: E402
 from worker.training.tf.strategy import make_strategy  # noqa: E402
 
 CHUNK_STEPS = 64
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 EVAL_BATCH = 8192
 
 
@@ -35,10 +38,8 @@ class TFBackend:
     def __init__(self, spec: JobSpec, splits: Splits, placement: Placement) -> None:
         self.strategy = make_strategy(placement)  # first: logical devices precede any op
         keras.utils.set_random_seed(spec.training.seed)
-        if spec.resources.precision != "fp32":
-            keras.mixed_precision.set_global_policy(
-                "mixed_bfloat16" if spec.resources.precision == "bf16" else "mixed_float16"
-            )
+        # The policy is process-global: always set it, so no earlier job's choice leaks in.
+        keras.mixed_precision.set_global_policy(POLICIES[spec.resources.precision])
         self.spec, self.placement, self.is_main = spec, placement, True
         self.classify = spec.task == "classification"
         self.replicas = self.strategy.num_replicas_in_sync
@@ -53,6 +54,8 @@ class TFBackend:
             # create them lazily inside a distributed step (reliability P23).
             self.optimizer.build(self.model.trainable_variables)
         self.kernels = [v for v in self.model.trainable_variables if v.name == "kernel"]
+        roles = [(w.name, tuple(w.shape)) for w in self.model.weights]
+        self.model.set_weights(initial_weights(roles, spec.training.seed))
         self.data = {
             split: (tf.constant(x[..., None] if image and x.ndim == 3 else x), tf.constant(y))
             for split, x, y in (
@@ -99,11 +102,15 @@ class TFBackend:
         return loss, tf.reduce_sum(metric)
 
     def _chunk_single(
-        self, x: tf.Tensor, y: tf.Tensor, idx: tf.Tensor
+        self, x: tf.Tensor, y: tf.Tensor, idx: tf.Tensor, steps: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """Steps over idx [k, batch] in one call; returns per-step losses and the metric sum."""
-        steps = idx.shape[0]
-        losses = tf.TensorArray(tf.float32, size=steps)
+        """The first `steps` rows of idx [CHUNK_STEPS, batch] as steps, in one call.
+
+        idx has one fixed shape (the last chunk of an epoch is padded) and the step count is a
+        tensor, so XLA compiles the chunk once per job, not once per distinct chunk length.
+        Returns per-step losses (zero past `steps`) and the metric sum.
+        """
+        losses = tf.TensorArray(tf.float32, size=idx.shape[0])
         metric_sum = tf.constant(0.0)
         for i in tf.range(steps):
             batch_idx = idx[i]
@@ -164,11 +171,16 @@ class TFBackend:
     def _single_chunks(self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int):  # type: ignore[no-untyped-def]
         batch = self.spec.training.batch_size
         full = len(order) // batch
-        grid = order[: full * batch].reshape(full, batch)
+        grid = np.zeros((-(-full // CHUNK_STEPS) * CHUNK_STEPS, batch), np.int32)
+        grid[:full] = order[: full * batch].reshape(full, batch)
         for begin in range(0, full, CHUNK_STEPS):
-            yield self._chunk(x, y, tf.constant(grid[begin : begin + CHUNK_STEPS]))
+            count = min(CHUNK_STEPS, full - begin)
+            losses, metric = self._chunk(
+                x, y, tf.constant(grid[begin : begin + CHUNK_STEPS]), tf.constant(count)
+            )
+            yield losses[:count], metric
         if full < steps:  # the partial last batch: one more (small) compiled shape
-            yield self._chunk(x, y, tf.constant(order[full * batch :][None, :]))
+            yield self._chunk(x, y, tf.constant(order[full * batch :][None, :]), tf.constant(1))
 
     def _mirrored_chunks(self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int):  # type: ignore[no-untyped-def]
         batch = self.spec.training.batch_size
@@ -208,24 +220,30 @@ class TFBackend:
     def parameter_count(self) -> int:
         return int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
 
+    def _extra_state(self) -> list[tf.Variable]:
+        """Optimizer slots and the dropout seed generators (in model.variables, not weights)."""
+        weights = {id(w) for w in self.model.weights}
+        seeds = [v for v in self.model.variables if id(v) not in weights]
+        return [*self.optimizer.variables, *seeds]
+
     def save_checkpoint(self, directory: Path) -> None:
         self.model.save_weights(directory / "model.weights.h5")
-        slots = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(self.optimizer.variables)}
-        np.savez(directory / "optimizer.npz", **slots)  # type: ignore[arg-type]
+        state = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(self._extra_state())}
+        np.savez(directory / "state.npz", **state)  # type: ignore[arg-type]
 
     def load_checkpoint(self, directory: Path) -> None:
         self.model.load_weights(directory / "model.weights.h5")
-        with np.load(directory / "optimizer.npz", allow_pickle=False) as slots:
-            for i, variable in enumerate(self.optimizer.variables):
-                variable.assign(slots[f"v{i}"])
+        with np.load(directory / "state.npz", allow_pickle=False) as state:
+            for i, variable in enumerate(self._extra_state()):
+                variable.assign(state[f"v{i}"])
 
     def export_model(self, directory: Path) -> Path:
         path = directory / "model.keras"
         self.model.save(path)
         return path
 
-    def any_rank(self, flag: bool) -> bool:
-        return flag  # one process drives every replica of a MirroredStrategy
+    def agree(self, value: int) -> int:
+        return value  # one process drives every replica of a MirroredStrategy
 
     def close(self) -> None:
         keras.backend.clear_session()

@@ -48,15 +48,3 @@ def build_model(
             layers.append(keras.layers.AveragePooling2D(2))
     dense = _dense_stack(spec.dense_units, spec.activation, spec.dropout, batch_norm=False)
     return keras.Sequential([*layers, keras.layers.Flatten(), *dense, keras.layers.Dense(outputs)])
-
-
-def build_optimizer(
-    name: str, learning_rate: float, momentum: float, nesterov: bool, weight_decay: float
-) -> keras.Optimizer:
-    if name == "adam":
-        return keras.optimizers.Adam(learning_rate, epsilon=1e-7)
-    if name == "adamw":
-        return keras.optimizers.AdamW(learning_rate, weight_decay=weight_decay, epsilon=1e-7)
-    if name == "sgd":
-        return keras.optimizers.SGD(learning_rate, momentum=momentum, nesterov=nesterov)
-    return keras.optimizers.RMSprop(learning_rate, rho=0.9, momentum=momentum, epsilon=1e-7)

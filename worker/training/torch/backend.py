@@ -8,6 +8,7 @@ the host syncs only every CHECK_EVERY steps (to notice a cancel or a non-finite 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from torch import nn
 from app.schemas.job_spec import JobSpec, OptimizerSpec
 from worker.training.backend import Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
-from worker.training.data import Splits, epoch_order, global_steps
+from worker.training.data import Splits, epoch_order, epoch_seed, global_steps
+from worker.training.init import initial_weights
 from worker.training.torch import distributed
 from worker.training.torch.models import build_model, export_array, import_array, to_keras_layout
 
@@ -28,17 +30,21 @@ EVAL_BATCH = 8192
 
 
 def build_optimizer(spec: OptimizerSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    """Optimizers with Keras' defaults where the two frameworks differ (eps 1e-7, rho 0.9)."""
+    """Optimizers with Keras' defaults where the two frameworks differ (eps 1e-7, rho 0.9).
+
+    Adam, AdamW and SGD use the fused kernels (one op per step for all parameters, on CPU
+    too); RMSprop has none, so it gets the multi-tensor path.
+    """
     lr = spec.learning_rate
     if spec.name == "adam":
-        return torch.optim.Adam(params, lr=lr, eps=1e-7, foreach=True)
+        return torch.optim.Adam(params, lr=lr, eps=1e-7, fused=True)
     if spec.name == "adamw":
         return torch.optim.AdamW(
-            params, lr=lr, eps=1e-7, weight_decay=spec.weight_decay, foreach=True
+            params, lr=lr, eps=1e-7, weight_decay=spec.weight_decay, fused=True
         )
     if spec.name == "sgd":
         return torch.optim.SGD(
-            params, lr=lr, momentum=spec.momentum, nesterov=spec.nesterov, foreach=True
+            params, lr=lr, momentum=spec.momentum, nesterov=spec.nesterov, fused=True
         )
     return torch.optim.RMSprop(
         params, lr=lr, alpha=0.9, eps=1e-7, momentum=spec.momentum, foreach=True
@@ -57,7 +63,9 @@ class TorchBackend:
         self.classify = spec.task == "classification"
         self.model = build_model(spec.model, splits.input_shape, splits.outputs).to(self.device)
         self.layout = to_keras_layout(self.model)
-        self.kernels = [t for t, is_kernel, _ in self.layout if is_kernel]
+        self.kernels = [t for t, role, _ in self.layout if role == "kernel"]
+        roles = [(role, tuple(export_array(t, how).shape)) for t, role, how in self.layout]
+        self.set_weights(initial_weights(roles, spec.training.seed))
         self.net: nn.Module = distributed.wrap(self.model, placement)
         self.optimizer = build_optimizer(spec.optimizer, list(self.model.parameters()))
         self.scaler = torch.amp.GradScaler("cuda") if spec.resources.precision == "fp16" else None
@@ -110,19 +118,21 @@ class TorchBackend:
     def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
         x, y = self.data["train"]
         replicas, rank = self.placement.replicas, self.placement.rank
-        batch = self.spec.training.batch_size
+        batch, seed = self.spec.training.batch_size, self.spec.training.seed
         local = batch // replicas
         steps = global_steps(len(x), batch, replicas)
         order = torch.from_numpy(
-            epoch_order(len(x), self.spec.training.seed, state.epoch, self.spec.training.shuffle)
+            epoch_order(len(x), seed, state.epoch, self.spec.training.shuffle)
         ).to(self.device)
+        # Dropout draws from a generator seeded by (seed, epoch, rank): a resumed attempt
+        # replays the epoch exactly, and each DDP rank draws its own masks.
+        torch.manual_seed(epoch_seed(seed, state.epoch, rank))
         step_losses = torch.zeros(steps, device=self.device)
         metric_sum = torch.zeros((), device=self.device)
-        use_l2 = self.spec.regularization.l2 > 0
         self.net.train()
         seen, checked = 0, 0
         for step in range(steps):
-            if step % CHECK_EVERY == 0 and step:
+            if step % CHECK_EVERY == 0 and step:  # a host sync: only every CHECK_EVERY steps
                 if distributed.any_rank(state.interrupt is not None, self.placement):
                     return None
                 bad = self._first_bad_step(step_losses, checked, step)
@@ -133,20 +143,9 @@ class TorchBackend:
             # same global batches, so 1 and N replicas take the same optimizer steps.
             start = step * batch + rank * local
             idx = order[start : min(start + local, len(x))]
-            xb, yb = x.index_select(0, idx), y.index_select(0, idx)
-            with self._autocast():
-                data_loss, metric = self._losses(self.net(xb), yb, "mean")
-            loss = data_loss + self.l2_term() if use_l2 else data_loss
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-            else:
-                loss.backward()
-                self.optimizer.step()
-            step_losses[step] = loss.detach() * len(idx)
-            metric_sum += metric.detach()
+            loss, metric = self._step(x.index_select(0, idx), y.index_select(0, idx))
+            step_losses[step] = loss * len(idx)
+            metric_sum += metric
             seen += len(idx)
         state.global_step += steps
         bad = self._first_bad_step(step_losses, checked, steps)
@@ -160,18 +159,41 @@ class TorchBackend:
             samples=samples,
         )
 
+    def _step(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on this rank's batch: (objective, metric sum), both detached.
+
+        The loss is the mean over the local batch: DDP averages gradients over ranks, so with
+        equal local batches that is the gradient of the global mean (not TF's 1/global, P30);
+        every rank adds the whole L2 term, and the average keeps it whole.
+        """
+        with self._autocast():
+            data_loss, metric = self._losses(self.net(xb), yb, "mean")
+        loss = data_loss + self.l2_term() if self.spec.regularization.l2 > 0 else data_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        return loss.detach(), metric.detach()
+
     def _first_bad_step(self, step_losses: torch.Tensor, begin: int, end: int) -> int | None:
-        finite = torch.isfinite(step_losses[begin:end])
-        bad = distributed.any_rank(not bool(finite.all()), self.placement)
-        if not bad:
-            return None
-        local = (~finite).nonzero()
-        return begin + (int(local[0]) if len(local) else 0) + 1
+        """The first step (1-based) in [begin, end) whose loss is not finite on any rank.
+
+        Agreed by all ranks (a MIN over ranks, as a MAX of negatives): a rank whose own
+        losses were still finite at that step reports it too, so every rank stops together.
+        """
+        local = (~torch.isfinite(step_losses[begin:end])).nonzero()
+        mine = begin + int(local[0]) + 1 if len(local) else end + 1
+        first = -distributed.max_all(-mine, self.placement)
+        return first if first <= end else None
 
     def _bad_epoch(self, bad_step: int, step_losses: torch.Tensor) -> TrainedEpoch:
-        return TrainedEpoch(
-            logs={"loss": float(step_losses[bad_step - 1])}, samples=0, bad_step=bad_step
-        )
+        loss = float(step_losses[bad_step - 1])
+        loss = loss if not math.isfinite(loss) else math.nan  # it was not finite elsewhere
+        return TrainedEpoch(logs={"loss": loss}, samples=0, bad_step=bad_step)
 
     @torch.inference_mode()
     def evaluate(self, split: str) -> Logs:
@@ -221,8 +243,8 @@ class TorchBackend:
         torch.save(self.model.state_dict(), path)
         return path
 
-    def any_rank(self, flag: bool) -> bool:
-        return distributed.any_rank(flag, self.placement)
+    def agree(self, value: int) -> int:
+        return distributed.max_all(value, self.placement)
 
     def close(self) -> None:
         distributed.shutdown(self.placement)

@@ -42,14 +42,19 @@ def wrap(model: nn.Module, placement: Placement) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
-def any_rank(flag: bool, placement: Placement) -> bool:
-    """True everywhere if true anywhere (all_reduce MAX of a flag), Lightning-style."""
+def max_all(value: int, placement: Placement) -> int:
+    """The largest value over ranks, on every rank (all_reduce MAX), Lightning-style."""
     if placement.replicas == 1:
-        return flag
+        return value
     device = torch.device(f"cuda:{placement.gpus[0]}") if placement.gpus else torch.device("cpu")
-    tensor = torch.tensor([int(flag)], device=device)
+    tensor = torch.tensor([value], device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item())
+    return int(tensor.item())
+
+
+def any_rank(flag: bool, placement: Placement) -> bool:
+    """True everywhere if true anywhere."""
+    return max_all(int(flag), placement) > 0
 
 
 def sum_all(tensor: torch.Tensor, placement: Placement) -> torch.Tensor:

@@ -57,21 +57,22 @@ def build_model(
     return nn.Sequential(*layers, ChannelsLastFlatten(), *dense, nn.Linear(widths[-1], outputs))
 
 
-def to_keras_layout(module: nn.Module) -> list[tuple[torch.Tensor, bool, str]]:
-    """(tensor, is_kernel, how) for each variable in Keras' order; how says the transpose."""
-    out: list[tuple[torch.Tensor, bool, str]] = []
+def to_keras_layout(module: nn.Module) -> list[tuple[torch.Tensor, str, str]]:
+    """(tensor, role, how) per variable in Keras' order; role as Keras names it, how the
+    transpose between the layouts."""
+    out: list[tuple[torch.Tensor, str, str]] = []
     for layer in module.modules():
         if isinstance(layer, nn.Linear):
-            out += [(layer.weight, True, "linear"), (layer.bias, False, "same")]
+            out += [(layer.weight, "kernel", "linear"), (layer.bias, "bias", "same")]
         elif isinstance(layer, nn.Conv2d):
-            out += [(layer.weight, True, "conv"), (layer.bias, False, "same")]
+            out += [(layer.weight, "kernel", "conv"), (layer.bias, "bias", "same")]
         elif isinstance(layer, nn.BatchNorm1d):
             assert layer.running_mean is not None and layer.running_var is not None
             out += [
-                (layer.weight, False, "same"),
-                (layer.bias, False, "same"),
-                (layer.running_mean, False, "same"),
-                (layer.running_var, False, "same"),
+                (layer.weight, "gamma", "same"),
+                (layer.bias, "beta", "same"),
+                (layer.running_mean, "moving_mean", "same"),
+                (layer.running_var, "moving_variance", "same"),
             ]
     return out
 

@@ -1,0 +1,1 @@
+"""`python -m benchmarks`: speed measured against baselines taken in the same run."""

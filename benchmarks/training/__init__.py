@@ -1,0 +1,1 @@
+"""Training speed: the worker's loop against faithful re-implementations of the seed loops."""

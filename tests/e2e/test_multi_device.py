@@ -1,0 +1,133 @@
+"""Multi-device jobs through the real service: two CPU replicas in each framework (two logical
+devices under MirroredStrategy; two gloo DDP ranks), and DDP ranks that stop together.
+
+PostgreSQL + Redis only (the production setup): the multi-device paths do not touch the
+database differently from single-device ones, and the suite's time is better spent elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import Service, running_service, wait_for_status, wait_until
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("service_env", ["postgres"], indirect=True),
+]
+
+
+@pytest.fixture(scope="module")
+def service(service_env: dict[str, str]) -> Iterator[Service]:
+    with running_service(service_env, EPOCHAL_CANCEL_GRACE_SECONDS="60") as svc:
+        yield svc
+
+
+@pytest.fixture
+def client(service: Service) -> Iterator[httpx.Client]:
+    with service.client() as c:
+        yield c
+
+
+def submit(client: httpx.Client, **spec: Any) -> str:
+    response = client.post("/v1/jobs", json={"dataset": {"name": "digits"}, **spec})
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def rows(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    return list(client.get(f"/v1/jobs/{job_id}/metrics").json()["items"])
+
+
+def training_processes(job_id: str) -> list[int]:
+    """PIDs of this job's training child and ranks (`python -m worker.launch JOB ...`)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"worker.launch" in argv and job_id.encode() in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
+def assert_no_training_processes_left(job_id: str) -> None:
+    wait_until(lambda: not training_processes(job_id), 30, f"job {job_id}'s processes to exit")
+
+
+def ended(client: httpx.Client, job_id: str, timeout: float = 240) -> dict[str, Any]:
+    done = wait_for_status(client, job_id, {"succeeded", "failed", "cancelled"}, timeout)
+    assert_no_training_processes_left(job_id)
+    return done
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_two_replicas_train_like_one(client: httpx.Client, framework: str) -> None:
+    spec = {
+        "framework": framework,
+        "model": {"hidden_units": [128, 64]},
+        "training": {"epochs": 6, "batch_size": 64},
+        "regularization": {"l2": 0.0001},
+    }
+    two = submit(client, **spec, resources={"replicas": 2})
+    one = submit(client, **spec)
+    done_two, done_one = ended(client, two), ended(client, one)
+    assert done_two["status"] == "succeeded", done_two["error"]
+    assert done_one["status"] == "succeeded", done_one["error"]
+    assert [r["epoch"] for r in rows(client, two)] == list(range(1, 7))  # one row per epoch
+    accuracy_two = done_two["result"]["val_accuracy"]
+    assert accuracy_two >= 0.9
+    assert abs(accuracy_two - done_one["result"]["val_accuracy"]) <= 0.02
+
+
+def test_ddp_early_stopping_ends_both_ranks(client: httpx.Client) -> None:
+    job = submit(
+        client,
+        framework="pytorch",
+        training={"epochs": 40, "batch_size": 64},
+        resources={"replicas": 2},
+        early_stopping={"patience": 2, "min_delta": 10.0},  # nothing counts as better
+    )
+    done = ended(client, job)
+    assert (done["status"], done["stop_reason"]) == ("succeeded", "early_stopping")
+    assert [r["epoch"] for r in rows(client, job)] == [1, 2, 3]
+
+
+def test_ddp_cancel_stops_both_ranks(client: httpx.Client) -> None:
+    job = submit(
+        client,
+        framework="pytorch",
+        dataset={"name": "synthetic", "samples": 40000},
+        training={"epochs": 200, "batch_size": 32},
+        resources={"replicas": 2},
+    )
+    wait_until(lambda: len(rows(client, job)) >= 1, 120, "the first epoch")
+    ranks = wait_until(
+        lambda: len(training_processes(job)) >= 3 and training_processes(job), 10, "ranks"
+    )
+    assert len(ranks) == 3  # the launcher and two ranks
+    cancelled_at = time.monotonic()
+    assert client.post(f"/v1/jobs/{job}/cancel").status_code == 200
+    done = ended(client, job, timeout=60)
+    # stopped by the ranks' agreed decision, not by the supervisor's SIGTERM after 60 s
+    assert time.monotonic() - cancelled_at < 30
+    assert (done["status"], done["stop_reason"]) == ("cancelled", "cancelled")
+    epochs = [r["epoch"] for r in rows(client, job)]
+    assert 1 <= len(epochs) < 200 and epochs == list(range(1, len(epochs) + 1))
+    assert not any(_alive(pid) for pid in ranks)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,71 @@
+"""Run a job spec in this process through the worker's own attempt code, without a database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.schemas.job_spec import JobSpec
+from worker.outcome import Outcome
+from worker.trainer import run_attempt
+from worker.training.backend import Backend, Placement, create_backend
+from worker.training.callbacks import Callback, EpochLog, Logs, TrainState
+from worker.training.data import load_splits
+
+EMPTY_DATA_DIR = Path("/nonexistent-epochal-data")  # built-ins come from /usr/share/datasets
+
+
+class Killed(Exception):
+    """Stands in for a SIGKILL between two epochs."""
+
+
+class KillBefore(Callback):
+    """Dies when epoch `epoch` is about to start (after epoch-1's checkpoint was written)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_epoch_begin(self, state: TrainState) -> None:
+        if state.epoch + 1 == self.epoch:
+            raise Killed(f"killed before epoch {self.epoch}")
+
+
+@dataclass
+class Run:
+    outcome: Outcome
+    rows: list[Logs]
+    weights: list[np.ndarray]
+    state: TrainState
+
+
+def make_spec(framework: str, **fields: Any) -> JobSpec:
+    """A small digits job unless fields say otherwise."""
+    body: dict[str, Any] = {"framework": framework, "dataset": {"name": "digits"}} | fields
+    return JobSpec.model_validate(body)
+
+
+@contextmanager
+def backend_for(spec: JobSpec, placement: Placement | None = None) -> Iterator[Backend]:
+    backend = create_backend(spec, load_splits(spec, EMPTY_DATA_DIR), placement or Placement())
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def run_spec(spec: JobSpec, workdir: Path, *extra: Callback) -> Run:
+    """One attempt (resuming from workdir's checkpoint if there is one), as a job's child runs."""
+    splits = load_splits(spec, EMPTY_DATA_DIR)
+    backend = create_backend(spec, splits, Placement())
+    try:
+        log = EpochLog()
+        state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
+        outcome = run_attempt(spec, workdir, backend, splits, state, [log, *extra])
+        return Run(outcome, log.rows, backend.get_weights(), state)
+    finally:
+        backend.close()

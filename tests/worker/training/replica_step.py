@@ -1,0 +1,53 @@
+"""`python -m tests.worker.training.replica_step FRAMEWORK REPLICAS RANK OUT.npz`
+
+Trains one epoch of two global batches from fixed weights with REPLICAS replicas (this process
+is rank RANK of a DDP group, or drives every replica of a MirroredStrategy) and writes the
+weights, the epoch's loss and the validation metrics. A fresh process per run: TensorFlow's
+logical CPU devices must be configured before it initializes, and DDP ranks are processes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from tests.worker.training.inprocess import backend_for, make_spec
+from worker.training.backend import Placement
+from worker.training.callbacks import TrainState
+
+RATE = 0.1
+FIELDS = {
+    # 171 samples: 43 for validation (odd, so ranks score unequal shares), 128 = 2 x 64 to train
+    "dataset": {"name": "digits", "limit": 171, "validation_split": 0.25},
+    "training": {"epochs": 1, "batch_size": 64},
+    # Stateful (a momentum slot per variable: reliability P23) and, unlike Adam, sensitive to
+    # the scale of the gradient, which is what wrong loss scaling gets wrong (P19, P20).
+    "optimizer": {"name": "sgd", "learning_rate": RATE, "momentum": 0.9},
+    "regularization": {"l2": 0.01},  # must not be counted once per replica (P20)
+    "model": {"hidden_units": [32, 16]},
+}
+
+
+def fixed_weights(like: list[np.ndarray]) -> list[np.ndarray]:
+    rng = np.random.default_rng(11)
+    return [rng.normal(0.0, 0.2, size=w.shape).astype(np.float32) for w in like]
+
+
+def main(framework: str, replicas: int, rank: int, out: str) -> None:
+    spec = make_spec(framework, **FIELDS, resources={"replicas": replicas})
+    threads = 1 if framework == "pytorch" else None  # two ranks on two cores
+    with backend_for(spec, Placement(replicas=replicas, rank=rank, threads=threads)) as backend:
+        backend.set_weights(fixed_weights(backend.get_weights()))
+        backend.set_learning_rate(RATE)
+        trained = backend.train_epoch(TrainState(epochs=1, learning_rate=RATE))
+        assert trained is not None
+        val = backend.evaluate("val")
+        if backend.is_main:
+            arrays = {f"w{i}": w for i, w in enumerate(backend.get_weights())}
+            scores = [trained.logs["loss"], trained.samples, val["loss"], val["accuracy"]]
+            np.savez(out, scores=np.array(scores), **arrays)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

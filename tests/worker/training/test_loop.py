@@ -1,0 +1,85 @@
+"""The loop's stop agreement, with a scripted back-end standing in for the other ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from worker.training.backend import TrainedEpoch
+from worker.training.callbacks import Callback, CallbackList, Logs, TrainState
+from worker.training.loop import fit
+
+
+class ScriptedBackend:
+    """A back-end whose other rank asks to stop with `others[i]` at the i-th agreement."""
+
+    is_main = True
+
+    def __init__(self, others: list[int]) -> None:
+        self.others, self.agreements, self.epochs_trained = others, 0, 0
+
+    def agree(self, value: int) -> int:
+        other = self.others[self.agreements] if self.agreements < len(self.others) else 0
+        self.agreements += 1
+        return max(value, other)
+
+    def set_learning_rate(self, rate: float) -> None: ...
+
+    def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
+        self.epochs_trained += 1
+        return TrainedEpoch({"loss": 1.0}, samples=10)
+
+    def evaluate(self, split: str) -> Logs:
+        return {"loss": 1.0}
+
+    def get_weights(self) -> list[np.ndarray]:
+        return []
+
+    def set_weights(self, weights: list[np.ndarray]) -> None: ...
+    def l2_penalty(self) -> float:
+        return 0.0
+
+    def parameter_count(self) -> int:
+        return 0
+
+    def save_checkpoint(self, directory: Path) -> None: ...
+    def load_checkpoint(self, directory: Path) -> None: ...
+    def export_model(self, directory: Path) -> Path:
+        return directory
+
+    def close(self) -> None: ...
+
+
+def test_a_stop_asked_by_another_rank_stops_this_one_with_its_reason() -> None:
+    backend = ScriptedBackend(others=[0, 0, 3])  # 3 = "timeout", at the third agreement
+    state = TrainState(epochs=10, learning_rate=0.1)
+    fitted = fit(backend, state, CallbackList([]), validate=True)
+    assert backend.epochs_trained == 2 and state.epoch == 2
+    assert fitted.stop_reason == "timeout" and state.stop_reason == "timeout"
+
+
+def test_the_highest_priority_reason_wins_when_ranks_disagree() -> None:
+    backend = ScriptedBackend(others=[0, 4])  # 4 = non_finite_loss elsewhere
+    state = TrainState(epochs=10, learning_rate=0.1)
+    state.request_stop("cancelled")  # this rank was cancelled before the first epoch
+    fitted = fit(backend, state, CallbackList([]), validate=False)
+    assert backend.epochs_trained == 0 and fitted.stop_reason == "cancelled"
+    state2 = TrainState(epochs=10, learning_rate=0.1)
+
+    class CancelAfterFirst(Callback):
+        def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
+            state.request_stop("cancelled")
+
+    fitted = fit(ScriptedBackend(others=[0, 4]), state2, CancelAfterFirst(), validate=False)
+    assert fitted.stop_reason == "non_finite_loss"
+
+
+def test_a_stop_after_the_last_agreement_does_not_change_how_it_ended() -> None:
+    class LateCancel(Callback):
+        def on_train_end(self, state: TrainState, logs: Logs) -> None:
+            state.request_stop("cancelled")  # e.g. a signal during the final callbacks
+
+    state = TrainState(epochs=2, learning_rate=0.1)
+    fitted = fit(ScriptedBackend(others=[]), state, LateCancel(), validate=False)
+    assert fitted.stop_reason is None and state.epoch == 2
