@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI
 
 from app import errors
 from app.api.deps import current_key
-from app.api.routes import health, jobs
+from app.api.routes import health, jobs, logs
 from app.config import get_settings
 from app.limits import BodySizeLimit
 from app.maintenance import MaintenanceThread
@@ -40,6 +40,7 @@ def create_app() -> FastAPI:
     # Every /v1 route needs a key, so a new route cannot forget it (P43).
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_key)])
     v1.include_router(jobs.router)
+    v1.include_router(logs.router)
     app.include_router(v1)
     app.include_router(health.router)
     return app
