@@ -118,3 +118,28 @@ def test_broker_down_at_submit_and_restarted_empty_loses_nothing(
             done = wait_for_status(client, job_id, {"succeeded", "failed", "cancelled"}, 120)
             assert done["status"] == "succeeded" and done["attempt"] == 1
             assert [t["to_status"] for t in done["transitions"]].count("running") == 1
+
+
+def test_broker_restart_under_a_running_job_does_not_disturb_it(
+    env: dict[str, str], broker: PrivateRedis
+) -> None:
+    long_job = {
+        "framework": "pytorch",
+        "dataset": {"name": "synthetic", "samples": 12000},
+        "model": {"hidden_units": [64]},
+        "training": {"epochs": 6, "batch_size": 16},
+    }
+    with (
+        running_service(env, EPOCHAL_DISPATCH_RETRY_SECONDS="2") as service,
+        service.client() as client,
+    ):
+        job_id = client.post("/v1/jobs", json=long_job).json()["id"]
+        metrics = f"/v1/jobs/{job_id}/metrics"
+        wait_until(lambda: len(client.get(metrics).json()["items"]) >= 2, 120, "epoch 2")
+        broker.stop()  # the trainer talks to the database, not the broker: it goes on
+        broker.start()
+        done = wait_for_status(client, job_id, {"succeeded", "failed", "cancelled"}, 120)
+        assert done["status"] == "succeeded" and done["attempt"] == 1
+        # The worker consumes again after the restart (the celery#8030 class of bug).
+        after = client.post("/v1/jobs", json=JOB).json()["id"]
+        assert wait_for_status(client, after, {"succeeded", "failed"}, 120)["status"] == "succeeded"
