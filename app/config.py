@@ -11,7 +11,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -44,7 +44,12 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(
         30.0, gt=0, le=3600, description="A job whose lease is this old is re-queued."
     )
-    cancel_grace_seconds: float = Field(20.0, gt=0, le=3600)
+    cancel_grace_seconds: float = Field(
+        20.0, gt=0, le=3600, description="A child asked to stop gets this long, then SIGTERM."
+    )
+    kill_grace_seconds: float = Field(
+        10.0, gt=0, le=600, description="After SIGTERM, this long until SIGKILL."
+    )
     dispatch_retry_seconds: float = Field(
         60.0, gt=0, description="Re-send queued jobs not picked up for this long."
     )
@@ -63,6 +68,16 @@ class Settings(BaseSettings):
     api_key_file: Path | None = Field(None, description="Where `epochal up` puts the admin key.")
 
     log_json: bool = False
+
+    @model_validator(mode="after")
+    def _lease_outlives_heartbeats(self) -> Settings:
+        # A lease shorter than two heartbeats would let the reaper re-queue healthy jobs.
+        if self.lease_seconds < 2 * self.heartbeat_seconds:
+            raise ValueError(
+                f"EPOCHAL_LEASE_SECONDS ({self.lease_seconds}) must be at least twice "
+                f"EPOCHAL_HEARTBEAT_SECONDS ({self.heartbeat_seconds})"
+            )
+        return self
 
     @property
     def resolved_home(self) -> Path:

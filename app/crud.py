@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app.models import (
     ACTIVE,
@@ -220,10 +221,13 @@ def finish_job(
 
 
 def requeue(session: Session, job: Job, reason: str) -> bool:
-    """Running -> queued for another attempt (the next claim bumps attempt)."""
+    """Running -> queued for another attempt (the next claim bumps attempt).
+
+    Only from running: a job being cancelled is finished as cancelled, never retried.
+    """
     moved = session.execute(
         update(Job)
-        .where(Job.id == job.id, Job.attempt == job.attempt, Job.status.in_(ACTIVE))
+        .where(Job.id == job.id, Job.attempt == job.attempt, Job.status == JobStatus.running)
         .values(
             status=JobStatus.queued, lease_expires_at=None, worker_name=None, dispatched_at=None
         )
@@ -235,14 +239,24 @@ def requeue(session: Session, job: Job, reason: str) -> bool:
 
 def claim_dispatch(session: Session, job: Job) -> bool:
     """Take the right to (re)send a queued job's message; one process wins per round."""
-    before = job.dispatched_at
+    before, stamp = job.dispatched_at, utcnow()
     condition = Job.dispatched_at.is_(None) if before is None else Job.dispatched_at == before
-    return bool(
-        session.execute(
-            update(Job)
-            .where(Job.id == job.id, Job.status == JobStatus.queued, condition)
-            .values(dispatched_at=utcnow())
-        ).rowcount
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.status == JobStatus.queued, condition)
+        .values(dispatched_at=stamp)
+    ).rowcount
+    if claimed:  # remember our stamp (without a second write) so release_dispatch can match it
+        set_committed_value(job, "dispatched_at", stamp)
+    return bool(claimed)
+
+
+def release_dispatch(session: Session, job: Job) -> None:
+    """Undo claim_dispatch after a publish that failed (only if nobody sent it since)."""
+    session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.dispatched_at == job.dispatched_at)
+        .values(dispatched_at=None)
     )
 
 

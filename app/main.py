@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI
 
 from app import errors
 from app.api.deps import current_key
-from app.api.routes import artifacts, datasets, health, jobs, workers
+from app.api.routes import artifacts, datasets, health, jobs, logs, workers
 from app.config import get_settings
 from app.limits import BodySizeLimit
 from app.maintenance import MaintenanceThread
@@ -47,6 +47,7 @@ def create_app() -> FastAPI:
     v1.include_router(artifacts.router)
     v1.include_router(datasets.router)
     v1.include_router(workers.router)
+    v1.include_router(logs.router)
     app.include_router(v1)
     app.include_router(health.router)
     return app

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from app import crud
 from app.config import Settings
 from app.db import session_scope
-from app.dispatch import dispatch
+from app.dispatch import Sent, dispatch
 from app.models import Job, JobStatus, utcnow
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,24 @@ def reap_lost_workers(session: Session) -> int:
                 stop_reason="worker_lost",
                 error_code="worker_lost",
                 reason="worker lost; max_restarts reached",
-                error=f"worker lost {job.attempt} times; max_restarts is {job.max_restarts}",
+                error=(
+                    f"the worker running attempt {job.attempt} stopped renewing its lease and "
+                    f"max_restarts={job.max_restarts} is used up; resubmit to try again"
+                ),
             )
         count += bool(done)
     return count
 
 
 def _needs_sending(session: Session, job: Job, settings: Settings) -> bool:
-    """Never sent, or sent long ago while a fitting worker sits idle: the message is gone."""
+    """Never sent, or sent long ago while a fitting worker sits idle: the message is gone.
+
+    An idle live worker that consumes the job's queue takes a waiting message within
+    moments, so a job still queued dispatch_retry_seconds after its last send, while such a
+    worker idles, has lost its message (a broker restarted empty, P7). A wrong guess costs one
+    duplicate message that the claim ignores; re-sends are at most one per job per
+    dispatch_retry_seconds and happen only while a fitting worker is idle (bounded).
+    """
     if job.dispatched_at is None:
         return True
     if utcnow() - job.dispatched_at < timedelta(seconds=settings.dispatch_retry_seconds):
@@ -68,17 +78,35 @@ def _needs_sending(session: Session, job: Job, settings: Settings) -> bool:
     return bool(idle)
 
 
+def _queue_expired(job: Job) -> int | None:
+    """max_queue_seconds, if this job has waited longer for its first start."""
+    limit = job.spec.get("max_queue_seconds")
+    # Only a job that never started: one re-queued after a lost worker is bounded by
+    # max_restarts instead, and its age says nothing about its wait.
+    if limit and job.attempt == 0 and utcnow() - job.created_at > timedelta(seconds=limit):
+        return int(limit)
+    return None
+
+
 def expire_and_redispatch(session: Session, settings: Settings) -> None:
     """Fail jobs past max_queue_seconds; re-send the ones whose message is gone."""
+    broker_down = False
     for job in crud.queued_jobs(session):
-        limit = job.spec.get("max_queue_seconds")
-        if limit and utcnow() - job.created_at > timedelta(seconds=limit):
+        limit = _queue_expired(job)
+        if limit is not None:
             crud.force_fail_queued(
-                session, job, "queue_timeout", f"not started within max_queue_seconds={limit}"
+                session,
+                job,
+                "queue_timeout",
+                f"not started within max_queue_seconds={limit}; no fitting worker was free",
             )
             session.commit()
-        elif _needs_sending(session, job, settings) and dispatch(session, job):
-            log.info("re-sent job %s to %s", job.id, job.queue)
+        elif not broker_down and _needs_sending(session, job, settings):
+            sent = dispatch(session, job)
+            # One failed publish says the broker is down: spare the others the wait this round.
+            broker_down = sent is Sent.broker_down
+            if sent is Sent.published:
+                log.info("re-sent job %s to %s", job.id, job.queue)
 
 
 def run_once(settings: Settings) -> None:

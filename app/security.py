@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import string
 from collections.abc import Sequence
 
 from sqlalchemy import select
@@ -32,6 +33,8 @@ def verify(session: Session, presented: str) -> ApiKey | None:
     """The live key this plaintext belongs to, or None."""
     parts = presented.split("_", 2)
     if len(parts) != 3 or parts[0] != PREFIX or len(parts[1]) != 12:
+        return None
+    if not all(c in string.hexdigits for c in parts[1]):  # never send junk (NUL) to the DB
         return None
     row = session.get(ApiKey, parts[1])
     if row is None or row.revoked_at is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -86,15 +87,12 @@ def db_env(request: pytest.FixtureRequest) -> dict[str, str]:
     return request.getfixturevalue("sqlite_env" if request.param == "sqlite" else "pg_env")
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def service_env(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
-    """Settings for a live service, embedded or PostgreSQL + Redis, each with its own storage."""
-    home = tmp_path_factory.mktemp(f"svc-{request.param}") / "home"
+@contextmanager
+def make_service_env(kind: str, home: Path) -> Iterator[dict[str, str]]:
+    """Migrated settings for a live service: embedded, or PostgreSQL + Redis of its own."""
     env = {"EPOCHAL_HOME": str(home)}
     cleanup = []
-    if request.param == "postgres":
+    if kind == "postgres":
         name = f"epochal_e2e_{secrets.token_hex(4)}"
         url, client = pick_redis_db(REDIS)
         env |= {
@@ -103,9 +101,28 @@ def service_env(
         }
         cleanup += [client.flushdb, lambda: drop_pg_database(PG_ADMIN, name)]
     migrate_in_subprocess(env)
-    yield env
-    for step in cleanup:
-        step()
+    try:
+        yield env
+    finally:
+        for step in cleanup:
+            step()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def service_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """Settings for a live service, embedded or PostgreSQL + Redis, each with its own storage."""
+    home = tmp_path_factory.mktemp(f"svc-{request.param}") / "home"
+    with make_service_env(request.param, home) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def pg_service_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Settings for a live production-like service only (PostgreSQL + Redis)."""
+    with make_service_env("postgres", tmp_path_factory.mktemp("svc-pg") / "home") as env:
+        yield env
 
 
 def make_key(name: str, admin: bool = False) -> str:

@@ -22,7 +22,10 @@ celery_app.conf.update(
     task_reject_on_worker_lost=False,  # the lease reaper recovers, bounded by attempts (P3)
     worker_prefetch_multiplier=1,  # reserve one job, not four (P5)
     worker_concurrency=1,
-    worker_cancel_long_running_tasks_on_connection_loss=True,  # P6
+    # P6 says cancel, to avoid a second copy after redelivery; here the DB claim already stops
+    # that copy, and cancelling would kill a healthy trainer (it talks to the database, not
+    # the broker) and cost a lease plus the epoch in flight on every Redis blip.
+    worker_cancel_long_running_tasks_on_connection_loss=False,
     worker_hijack_root_logger=False,
     task_track_started=False,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import errno
 import logging
 import os
 import signal
@@ -21,21 +22,30 @@ from pathlib import Path
 
 from app.config import get_settings
 from app.schemas.job_spec import JobSpec
-from worker.outcome import Outcome, write_outcome
+from worker.outcome import SUPERVISOR_ENV, JobConfigError, Outcome, write_outcome
 from worker.training.backend import Placement
 from worker.training.callbacks import TrainState
 
 log = logging.getLogger("epochal.child")
 STOP_SIGNAL = signal.SIGUSR1
 RANK_GRACE_SECONDS = 60.0
+ORPHANED = 75
 
 
 def die_with_parent() -> None:
-    """Ask Linux to SIGKILL us if our supervisor dies, so no orphan keeps training."""
+    """Ask Linux to SIGKILL us if our supervisor dies, so no orphan keeps training.
+
+    The request only covers a parent that dies *after* it is made: if the supervisor died while
+    this process was starting, we have been re-parented already and must exit ourselves.
+    """
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    # Popped so that DDP ranks started from here (their parent is this process) do not see it.
+    supervisor = os.environ.pop(SUPERVISOR_ENV, None)
+    if supervisor is not None and os.getppid() != int(supervisor):
+        os._exit(ORPHANED)
 
 
 def stop_request_path(workdir: Path, attempt: int) -> Path:
@@ -107,11 +117,17 @@ def classify(exc: BaseException) -> Outcome:
         return Outcome.failure(
             "out_of_memory", f"ran out of memory: {text}; use a smaller batch or model"
         )
+    if isinstance(exc, JobConfigError):
+        return Outcome.failure("invalid_config", f"{exc}; fix the job spec and submit again")
     if name == "LostOwnership":
         return Outcome.failure("worker_lost", text)
     if name in ("OperationalError", "InterfaceError", "DatabaseError"):
         return Outcome.failure("infrastructure", f"database unavailable: {text}")
-    return Outcome.failure("internal_error", text)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+        return Outcome.failure("infrastructure", f"storage trouble on the worker: {text}")
+    return Outcome.failure(
+        "internal_error", f"{text}; GET /v1/jobs/{{id}}/logs shows the traceback"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,14 @@
-"""What a training child reports to its supervisor: a small JSON file per attempt."""
+"""What a training child reports to its supervisor (a small JSON file per attempt), and which
+failure codes a new attempt could fix.
+
+Codes (shown on the job as `error_code`):
+- retried within max_restarts: worker_lost (lease expired / supervisor gone), infrastructure
+  (database or disk trouble), child_killed (the training process died of a signal nobody sent
+  it), child_crashed (it exited without reporting, e.g. an import error on this worker);
+- final: non_finite_loss, invalid_data, invalid_config, out_of_memory, timeout,
+  queue_timeout, internal_error (an unexpected exception: a retry would meet it again).
+Retrying only what a retry can fix stops an OOM-ing or NaN-ing spec from looping (P3, P37).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +18,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Failures a new attempt could fix are retried within max_restarts; the rest are final (P3).
-RETRYABLE = frozenset({"worker_lost", "infrastructure", "child_killed"})
+SUPERVISOR_ENV = "EPOCHAL_SUPERVISOR_PID"  # the runner tells its child who its parent is
+RETRYABLE = frozenset({"worker_lost", "infrastructure", "child_killed", "child_crashed"})
+
+
+class JobConfigError(Exception):
+    """The job's own spec cannot run on its data (e.g. a model that does not fit the input).
+
+    Raised by training code for mistakes the user must fix; never retried.
+    """
 
 
 @dataclass

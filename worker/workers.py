@@ -60,23 +60,25 @@ def worker_name(settings: Settings) -> str:
     return settings.worker_name or f"epochal@{socket.gethostname()}-{os.getpid()}"
 
 
-def beat(name: str, devices: list[dict[str, Any]]) -> None:
-    """Insert or refresh this worker's row."""
+def register(name: str, devices: list[dict[str, Any]]) -> None:
+    """Insert this worker's row, or take over a row a dead worker of the same name left."""
     with session_scope() as session:
-        row = session.get(Worker, name)
-        if row is None:
-            session.add(
-                Worker(
-                    name=name,
-                    hostname=socket.gethostname(),
-                    pid=os.getpid(),
-                    gpus=len(devices),
-                    devices=devices,
-                    queues=queues_for(len(devices)),
-                )
-            )
-        else:
-            row.heartbeat_at = utcnow()
+        row = session.get(Worker, name) or Worker(name=name)
+        row.hostname, row.pid, row.gpus = socket.gethostname(), os.getpid(), len(devices)
+        row.devices, row.queues = devices, queues_for(len(devices))
+        # A restarted worker is idle whatever its predecessor was doing when it died.
+        row.current_job_id, row.started_at, row.heartbeat_at = None, utcnow(), utcnow()
+        session.add(row)
+
+
+def beat(name: str, devices: list[dict[str, Any]]) -> None:
+    """Refresh this worker's row (or register it again if someone removed it)."""
+    with session_scope() as session:
+        refreshed = session.execute(
+            update(Worker).where(Worker.name == name).values(heartbeat_at=utcnow())
+        ).rowcount
+    if not refreshed:
+        register(name, devices)
 
 
 def set_current_job(name: str, job_id: str | None) -> None:
@@ -101,10 +103,11 @@ class HeartbeatThread(threading.Thread):
         self.worker, self.devices, self._stop_event = name, devices, threading.Event()
 
     def run(self) -> None:
-        interval = get_settings().heartbeat_seconds
+        interval, step = get_settings().heartbeat_seconds, register
         while True:
             try:
-                beat(self.worker, self.devices)
+                step(self.worker, self.devices)
+                step = beat
             except Exception:
                 log.warning("worker heartbeat failed", exc_info=True)
             if self._stop_event.wait(interval):

@@ -49,7 +49,10 @@ def owner_filter(key: ApiKey) -> str | None:
 
 
 def get_job_or_404(
-    session: SessionDep, key: CurrentKey, job_id: Annotated[str, Path(max_length=64)]
+    session: SessionDep,
+    key: CurrentKey,
+    # Job ids are UUIDs: anything else (a NUL byte would make PostgreSQL fail) is a 422.
+    job_id: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9-]+$")],
 ) -> Job:
     """The job if it exists and the caller may see it; another owner's job is a 404 too."""
     job = crud.get_job(session, job_id)

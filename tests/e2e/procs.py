@@ -1,0 +1,33 @@
+"""Finding the service's processes from a test: training children and their supervisors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """Running or stopped; a zombie (dead, not yet reaped) counts as gone."""
+    stat = _read(Path(f"/proc/{pid}/stat"))
+    return bool(stat) and stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def parent_of(pid: int) -> int:
+    return int(_read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[1].split()[1])
+
+
+def training_children(job_id: str) -> list[int]:
+    """Live `python -m worker.launch JOB_ID …` processes (every DDP rank too)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            cmdline = _read(entry / "cmdline")
+            if "worker.launch" in cmdline and job_id in cmdline and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found

@@ -1,0 +1,212 @@
+"""The supervisor with real child processes and a real database: escalation, fencing, and how
+an attempt's end is recorded (retry or final)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app import crud
+from app.config import Settings, get_settings
+from app.db import session_scope
+from app.joblog import log_path
+from app.models import Job, JobStatus
+from app.schemas.job_spec import JobSpec
+from tests.helpers import ROOT, clear_caches, free_port
+from worker.outcome import SUPERVISOR_ENV, Outcome
+from worker.runner import Attempt, outcome_of, record, record_end, supervise
+
+STUBBORN = (
+    "import signal, time\n"
+    "for s in (signal.SIGUSR1, signal.SIGTERM): signal.signal(s, signal.SIG_IGN)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+@pytest.fixture
+def settings(db_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    for key, value in {
+        "EPOCHAL_HEARTBEAT_SECONDS": "0.2",
+        "EPOCHAL_LEASE_SECONDS": "1",
+        "EPOCHAL_CANCEL_GRACE_SECONDS": "0.5",
+        "EPOCHAL_KILL_GRACE_SECONDS": "0.5",
+    }.items():
+        monkeypatch.setenv(key, value)
+    get_settings.cache_clear()
+    return get_settings()
+
+
+def running_job(max_restarts: int = 1) -> Job:
+    spec = JobSpec.model_validate(
+        {"framework": "pytorch", "dataset": {"name": "digits"}, "max_restarts": max_restarts}
+    )
+    with session_scope() as session:
+        job_id = crud.create_job(session, spec, "gpus-0").id
+    with session_scope() as session:
+        job = crud.claim_job(session, job_id, "w1", lease_seconds=30)
+        assert job is not None
+        return job
+
+
+def attempt_of(job: Job, settings: Settings, code: str, deadline: float = 1e12) -> Attempt:
+    """A real child in its own session, as worker.runner starts them."""
+    workdir = settings.job_dir(job.id)
+    workdir.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    if "ready" in code:  # signal it only once its handlers are in place
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+    now = time.monotonic()
+    return Attempt(job.id, job.attempt, workdir, now + deadline, process, renewed_at=now)
+
+
+def stored(job_id: str) -> Job:
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        return job
+
+
+def test_child_ignoring_stop_gets_sigterm_then_sigkill(settings: Settings) -> None:
+    job = running_job()
+    run = attempt_of(job, settings, STUBBORN, deadline=0)  # past its deadline at once
+    supervise(settings, run)
+    assert run.process.returncode == -signal.SIGKILL and run.stop_reason == "timeout"
+    assert run.stop_sent_at and run.terminated_at and run.killed_at
+    assert run.terminated_at - run.stop_sent_at >= settings.cancel_grace_seconds
+    assert run.killed_at - run.terminated_at >= settings.kill_grace_seconds
+    record_end(settings, run)
+    done = stored(job.id)
+    assert (done.status, done.stop_reason, done.error_code) == ("failed", "timeout", "timeout")
+    assert "did not stop in time" in (done.error or "")
+    notes = log_path(run.workdir).read_text()
+    assert "sent SIGTERM" in notes and "sent SIGKILL" in notes
+
+
+def test_supervisor_kills_its_child_when_another_attempt_owns_the_job(
+    settings: Settings,
+) -> None:
+    job = running_job()
+    run = attempt_of(job, settings, "import time; time.sleep(120)")
+    with session_scope() as session:  # the reaper re-queued it and another worker claimed it
+        assert crud.requeue(session, session.get(Job, job.id), "test: lease expired")  # type: ignore[arg-type]
+    with session_scope() as session:
+        assert crud.claim_job(session, job.id, "w2", 30) is not None
+    supervise(settings, run)
+    assert run.lost and run.process.returncode == -signal.SIGKILL
+    record_end(settings, run)  # a lost attempt writes nothing over its successor
+    assert (stored(job.id).status, stored(job.id).attempt) == ("running", 2)
+
+
+def test_supervisor_stops_its_child_when_the_database_is_gone(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = running_job()
+    run = attempt_of(job, settings, "import time; time.sleep(120)")
+    real_url = os.environ.get("EPOCHAL_DATABASE_URL")
+    # A real unreachable server: nothing listens on this port.
+    monkeypatch.setenv(
+        "EPOCHAL_DATABASE_URL", f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/x"
+    )
+    clear_caches()
+    started = time.monotonic()
+    try:
+        supervise(settings, run)
+    finally:  # the fixtures' teardown needs the real database back
+        if real_url is None:
+            monkeypatch.delenv("EPOCHAL_DATABASE_URL")
+        else:
+            monkeypatch.setenv("EPOCHAL_DATABASE_URL", real_url)
+        clear_caches()
+    # It cannot prove it holds the lease any more: it stops before the lease could expire.
+    assert run.lost and run.process.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < settings.lease_seconds + 1
+
+
+@pytest.mark.parametrize(
+    ("code", "error_code"),
+    [
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "child_killed"),
+        ("exit(3)", "child_crashed"),
+    ],
+)
+def test_a_silent_death_is_a_retryable_failure(
+    settings: Settings, code: str, error_code: str
+) -> None:
+    job = running_job()
+    run = attempt_of(job, settings, code)
+    supervise(settings, run)
+    outcome = outcome_of(run)
+    assert outcome.error_code == error_code and outcome.retryable
+
+
+def test_retryable_failures_are_retried_within_max_restarts(settings: Settings) -> None:
+    job = running_job(max_restarts=1)
+    record(settings, job.id, 1, Outcome.failure("child_killed", "died (signal SIGKILL)"))
+    requeued = stored(job.id)
+    assert requeued.status == JobStatus.queued and requeued.dispatched_at is not None
+    with session_scope() as session:
+        assert crud.claim_job(session, job.id, "w2", 30) is not None
+    record(settings, job.id, 2, Outcome.failure("child_killed", "died again"))
+    done = stored(job.id)
+    assert (done.status, done.error_code, done.attempt) == ("failed", "child_killed", 2)
+    assert "max_restarts reached" in (done.error or "")
+
+
+@pytest.mark.parametrize("code", ["non_finite_loss", "invalid_data", "out_of_memory"])
+def test_failures_of_the_job_itself_are_not_retried(settings: Settings, code: str) -> None:
+    job = running_job(max_restarts=2)
+    record(settings, job.id, 1, Outcome.failure(code, "the job's own problem"))
+    done = stored(job.id)
+    assert (done.status, done.error_code, done.attempt) == ("failed", code, 1)
+
+
+def test_a_job_being_cancelled_is_never_retried(settings: Settings) -> None:
+    job = running_job(max_restarts=2)
+    with session_scope() as session:
+        crud.request_cancel(session, session.get(Job, job.id))  # type: ignore[arg-type]
+    record(settings, job.id, 1, Outcome.failure("child_killed", "died while stopping"))
+    assert (stored(job.id).status, stored(job.id).stop_reason) == ("cancelled", "cancelled")
+
+
+def test_runtime_used_up_by_earlier_attempts_ends_without_starting(settings: Settings) -> None:
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from worker import runner
+
+    job = running_job()
+    with session_scope() as session:  # first started two days ago; a new attempt is queued
+        session.execute(
+            update(Job)
+            .where(Job.id == job.id)
+            .values(started_at=job.started_at - timedelta(days=2))  # type: ignore[operator]
+        )
+        crud.requeue(session, session.get(Job, job.id, populate_existing=True), "test")  # type: ignore[arg-type]
+    runner.run_job(job.id, "w2")
+    done = stored(job.id)
+    assert (done.status, done.stop_reason, done.attempt) == ("failed", "timeout", 2)
+    assert not (settings.job_dir(job.id) / "spec.json").exists()  # no child was started
+
+
+def test_child_whose_supervisor_already_died_exits_at_once(tmp_path: Path) -> None:
+    # PR_SET_PDEATHSIG only covers a parent dying later; a child re-parented while starting
+    # must notice by itself. Here its "supervisor" is a pid that is not its parent.
+    env = {**os.environ, SUPERVISOR_ENV: "1", "EPOCHAL_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.launch", "no-such-job", "--attempt", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 75, done.stderr.decode()
