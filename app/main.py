@@ -9,10 +9,11 @@ from fastapi import APIRouter, Depends, FastAPI
 
 from app import errors
 from app.api.deps import current_key
-from app.api.routes import health, jobs
+from app.api.routes import events, health, jobs, metrics, ui
 from app.config import get_settings
 from app.limits import BodySizeLimit
 from app.maintenance import MaintenanceThread
+from app.telemetry import RequestMetrics
 
 
 @asynccontextmanager
@@ -37,11 +38,15 @@ def create_app() -> FastAPI:
     )
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics)
     # Every /v1 route needs a key, so a new route cannot forget it (P43).
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_key)])
     v1.include_router(jobs.router)
+    v1.include_router(events.router)
     app.include_router(v1)
     app.include_router(health.router)
+    app.include_router(metrics.router)
+    ui.install(app)
     return app
 
 
