@@ -43,7 +43,7 @@ def connect() -> Iterator[Client]:
 
 
 def load_spec(path: Path, overrides: list[str]) -> dict[str, Any]:
-    """A spec from JSON or YAML, with `a.b.c=VALUE` overrides (VALUE parsed as YAML)."""
+    """A spec from JSON or YAML, with `a.b.c=VALUE` overrides (VALUE read as JSON or YAML)."""
     try:
         spec = yaml.safe_load(path.read_text())  # YAML is a superset of JSON
     except (OSError, yaml.YAMLError) as exc:
@@ -60,8 +60,16 @@ def load_spec(path: Path, overrides: list[str]) -> dict[str, Any]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise typer.BadParameter(f"--set {item!r}: {part} is not an object")
-        node[leaf] = yaml.safe_load(raw)
+        node[leaf] = parse_value(raw)
     return spec
+
+
+def parse_value(raw: str) -> Any:
+    """JSON when it is JSON (3e-4 is a number, [128, 64] a list), else a YAML scalar."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return yaml.safe_load(raw)
 
 
 def submit(
@@ -70,7 +78,8 @@ def submit(
         bool, typer.Option("--follow", "-f", help="show progress until the end")
     ] = False,
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="override a field: training.epochs=10")
+        list[str] | None,
+        typer.Option("--set", help="override a field, repeatable: training.epochs=10"),
     ] = None,
 ) -> None:
     """Submit a job and print its id; with --follow, exit 0 on succeeded, 1 failed, 3 cancelled."""

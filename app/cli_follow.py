@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 import typer
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -17,6 +16,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 
 from app.cli_render import fmt, status_text
 from app.client import Client

@@ -103,7 +103,8 @@ def transitions_table(job: Job) -> Table:
     table = Table("at", "change", "reason", "attempt", box=None)
     for t in job.transitions:
         change = f"{t.get('from_status') or '–'} → {status_text(t['to_status'])}"
-        table.add_row(fmt(_when(t.get("at"))), change, t.get("reason", ""), str(t.get("attempt", "")))
+        at, attempt = fmt(_when(t.get("at"))), str(t.get("attempt", ""))
+        table.add_row(at, change, t.get("reason", ""), attempt)
     return table
 
 

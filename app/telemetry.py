@@ -41,6 +41,8 @@ EVENT_POLLS = Counter(
     registry=LOCAL,
 )
 JOB_PATH = re.compile(r"^/v1/jobs/([A-Za-z0-9-]{1,64})(?:/|$)")
+# A submit's path has no id yet; its answer (JobPublic) starts with it.
+JOB_IN_BODY = re.compile(rb'^\{"id":"([A-Za-z0-9-]{1,64})"')
 
 
 def enable_multiprocess(workers: int) -> None:
@@ -76,16 +78,20 @@ class RequestMetrics:
             return
         started, status = time.perf_counter(), 500
         match = JOB_PATH.match(scope.get("path", ""))
+        job_id = match.group(1) if match else None
         streaming = scope.get("path", "").endswith("/events")
 
         async def timed_send(message: Message) -> None:
-            nonlocal status
+            nonlocal status, job_id
             if message["type"] == "http.response.start":
                 status = message["status"]
                 self._observe(scope, status, started)
+            elif job_id is None and scope["method"] == "POST" and status < 300:
+                found = JOB_IN_BODY.match(message.get("body", b""))
+                job_id = found.group(1).decode() if found else None
             await send(message)
 
-        with job_context(match.group(1) if match else None):
+        with job_context(job_id):
             if streaming:
                 SSE_STREAMS.inc()
             try:
@@ -93,7 +99,8 @@ class RequestMetrics:
             finally:
                 if streaming:
                     SSE_STREAMS.dec()
-                self._log(scope, status, started)
+                with job_context(job_id):
+                    self._log(scope, status, started)
 
     @staticmethod
     def _observe(scope: Scope, status: int, started: float) -> None:

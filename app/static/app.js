@@ -20,7 +20,10 @@
   }
   const show = (...nodes) => main.replaceChildren(...nodes);
   const badge = (status) => h("span", { class: `badge ${status}`, "data-testid": "status" }, status);
-  const num = (v, digits = 4) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
+  const num = (v, digits = 4) => {
+    if (v === null || v === undefined) return "–";
+    return Math.abs(v) >= 1000 ? Math.round(v).toLocaleString() : Number(v).toFixed(digits);
+  };
   const when = (iso) => (iso ? new Date(iso).toLocaleString() : "–");
 
   class ApiError extends Error {
@@ -98,9 +101,10 @@
     const error = h("p", { class: "error" });
     const form = h("form", { class: "login", on: { submit: async (e) => {
       e.preventDefault();
-      sessionStorage.setItem(KEY, input.value.trim());
-      try { await getJson("/v1/jobs?limit=1"); render(); }
-      catch (err) { sessionStorage.removeItem(KEY); error.textContent = err.message; }
+      const key = input.value.trim();
+      const response = await fetch("/v1/jobs?limit=1", { headers: { Authorization: `Bearer ${key}` } });
+      if (response.ok) { sessionStorage.setItem(KEY, key); render(); }
+      else error.textContent = `${response.status}: ${(await response.json().catch(() => ({}))).detail || response.statusText}`;
     } } },
       h("h1", {}, "Log in"),
       h("label", {}, "API key (kept in this tab only)", input),
@@ -197,6 +201,19 @@
       h("h2", {}, "Spec"), h("pre", { "data-testid": "spec" }, JSON.stringify(job.spec, null, 2)));
     paint();
 
+    let refreshing = null; // the job row (best epoch, attempt) is re-read at most once a second
+    const refresh = () => {
+      refreshing = refreshing || setTimeout(async () => {
+        refreshing = null;
+        try {
+          const fresh = await getJson(`/v1/jobs/${encodeURIComponent(jobId)}`);
+          // The stream is newer than this read for what it carries: keep its status and epoch.
+          job = { ...fresh, status: job.status, current_epoch: Math.max(fresh.current_epoch, job.current_epoch) };
+          paint();
+        } catch (_) {}
+      }, 1000);
+    };
+    signal.addEventListener("abort", () => clearTimeout(refreshing));
     await streamEvents(jobId, (type, data) => {
       if (type === "epoch") {
         rows.set(data.epoch, data);
@@ -204,9 +221,12 @@
       } else if (type === "transition") {
         transitions.push(data);
         job.status = data.to_status;
+        job.attempt = data.attempt;
       }
       paint();
+      refresh();
     }, signal);
+    clearTimeout(refreshing);
     if (!signal.aborted) { job = await getJson(`/v1/jobs/${encodeURIComponent(jobId)}`); paint(); }
   }
 
