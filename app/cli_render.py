@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from collections.abc import Sequence
 from datetime import datetime
@@ -13,18 +14,7 @@ from rich.table import Column, Table
 
 from app.client_types import Job, MetricRow, WorkerInfo
 
-METRIC_COLUMNS = (
-    "epoch",
-    "train_loss",
-    "train_accuracy",
-    "train_mae",
-    "val_loss",
-    "val_accuracy",
-    "val_mae",
-    "learning_rate",
-    "epoch_seconds",
-    "samples_per_second",
-)
+METRIC_COLUMNS = tuple(f.name for f in dataclasses.fields(MetricRow))
 STATUS_STYLE = {
     "queued": "dim",
     "running": "cyan",

@@ -9,9 +9,11 @@ multiprocess mode).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 
@@ -48,7 +50,9 @@ JOB_IN_BODY = re.compile(rb'^\{"id":"([A-Za-z0-9-]{1,64})"')
 def enable_multiprocess(workers: int) -> None:
     """Before uvicorn forks N workers: a fresh folder for their shared metric files."""
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="epochal-prometheus-")
+        folder = tempfile.mkdtemp(prefix="epochal-prometheus-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder  # inherited by the worker processes
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
 def route_template(scope: Scope) -> str:

@@ -97,3 +97,14 @@ def test_new_lines_of_a_sliding_log_tail() -> None:
     assert new_lines(["a", "b"], ["a", "b"]) == []
     assert new_lines([], ["a"]) == ["a"]
     assert new_lines(["x"], ["y", "z"]) == ["y", "z"]  # no overlap: all of it is new
+
+
+def test_client_types_follow_the_api_schemas() -> None:
+    from dataclasses import fields
+
+    from app.client_types import Job, MetricRow
+    from app.schemas.api import JobPublic
+    from app.schemas.api import MetricRow as ServerRow
+
+    assert [f.name for f in fields(MetricRow)] == list(ServerRow.model_fields)
+    assert {f.name for f in fields(Job)} == set(JobPublic.model_fields)
