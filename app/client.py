@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,9 +30,20 @@ from app.client_types import (
     MetricRow,
     WorkerInfo,
     build,
+    parse_sse,
 )
 
-__all__ = ["ApiError", "Client", "Dataset", "Event", "Job", "MetricRow", "WorkerInfo", "TERMINAL"]
+__all__ = [
+    "ApiError",
+    "Client",
+    "Dataset",
+    "Event",
+    "Job",
+    "MetricRow",
+    "WorkerInfo",
+    "TERMINAL",
+    "parse_sse",
+]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 FollowMode = Literal["auto", "sse", "poll"]
@@ -252,17 +263,25 @@ class Client:
                     raise ApiError.from_response(response)
                 if target.is_dir():
                     target = target / _filename(response, f"{job_id}-model")
-                partial = target.with_name(target.name + ".part")
-                with partial.open("wb") as out:
-                    for chunk in response.iter_bytes():
-                        out.write(chunk)
-                partial.replace(target)  # never leave a half file under the real name
+                _save(response, target)
         except httpx.TransportError as exc:
             raise ApiError.unreachable(self.url, exc) from exc
         return target
 
     def workers(self) -> list[WorkerInfo]:
         return [build(WorkerInfo, item) for item in _items(self._json("GET", "/v1/workers"))]
+
+
+def _save(response: httpx.Response, target: Path) -> None:
+    """Write to a .part file and rename it: never a half file under the real name."""
+    partial = target.with_name(target.name + ".part")
+    try:
+        with partial.open("wb") as out:
+            for chunk in response.iter_bytes():
+                out.write(chunk)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _items(body: Any) -> list[Any]:
@@ -273,24 +292,3 @@ def _filename(response: httpx.Response, fallback: str) -> str:
     disposition = response.headers.get("content-disposition", "")
     match = re.search(r'filename="?([^";]+)"?', disposition)
     return Path(match.group(1)).name if match else fallback
-
-
-def parse_sse(lines: Iterable[str]) -> Iterator[Event]:
-    """Events from text/event-stream lines (the WHATWG rules: data lines joined, comments out)."""
-    kind, data, event_id = "message", [], None
-    for line in lines:
-        if not line:
-            if data:
-                yield Event.from_sse(kind, "\n".join(data), event_id)
-            kind, data, event_id = "message", [], None
-            continue
-        if line.startswith(":"):
-            continue  # keep-alive comment
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            kind = value
-        elif field == "data":
-            data.append(value)
-        elif field == "id":
-            event_id = value

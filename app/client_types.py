@@ -1,4 +1,4 @@
-"""What the client returns: typed dataclasses and the one error type (httpx + stdlib only).
+"""What the client returns: typed dataclasses, the one error type, SSE parsing (httpx + stdlib).
 
 Unknown fields in an answer are ignored, so a newer server does not break an older client.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar, get_type_hints
@@ -172,3 +173,24 @@ def build(cls: type[T], data: dict[str, Any]) -> T:
     if "raw" in names:
         values["raw"] = dict(data)
     return cls(**values)
+
+
+def parse_sse(lines: Iterable[str]) -> Iterator[Event]:
+    """Events from text/event-stream lines (the WHATWG rules: data lines joined, comments out)."""
+    kind, data, event_id = "message", [], None
+    for line in lines:
+        if not line:
+            if data:
+                yield Event.from_sse(kind, "\n".join(data), event_id)
+            kind, data, event_id = "message", [], None
+            continue
+        if line.startswith(":"):
+            continue  # keep-alive comment
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            kind = value
+        elif field == "data":
+            data.append(value)
+        elif field == "id":
+            event_id = value
