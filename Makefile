@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml
 
 # Debian packages, best effort (needs apt and root): dataset-fashion-mnist puts the IDX files
 # under /usr/share/datasets/fashion-mnist (without it, fashion_mnist jobs say where to put them);
-# docker-compose validates docker-compose.yml in the tests (no engine needed for `config`).
-DEBS := $(if $(wildcard $(FASHION_DIR)),,dataset-fashion-mnist) $(if $(shell command -v docker-compose),,docker-compose)
+# docker-compose validates docker-compose.yml in the tests (no engine needed for `config`);
+# chromium runs the dashboard's browser test (driven by Playwright, never `playwright install`).
+DEBS := $(if $(wildcard $(FASHION_DIR)),,dataset-fashion-mnist) $(if $(shell command -v docker-compose),,docker-compose) $(if $(wildcard /usr/bin/chromium),,chromium)
 data:
 	@if [ -n "$(strip $(DEBS))" ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	  (apt-get install -y -qq $(DEBS) >/dev/null 2>&1 || \

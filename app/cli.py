@@ -1,4 +1,4 @@
-"""The `epochal` command: server commands (migrate, api, worker, up)."""
+"""The `epochal` command: server commands (migrate, api, worker, up); client ones in cli_client."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from app.cli_client import register_client_commands
 from app.config import get_settings
 
 cli = typer.Typer(help="epochal: a REST training-job service.", no_args_is_help=True)
@@ -54,13 +55,19 @@ def api(
     """Serve the HTTP API with uvicorn."""
     import uvicorn
 
+    from app.logs import uvicorn_log_config
+    from app.telemetry import enable_multiprocess
+
     settings = get_settings()
+    enable_multiprocess(workers)
     uvicorn.run(
         "app.main:app",
         host=host or settings.host,
         port=port or settings.port,
         workers=workers,
         log_level="info",
+        log_config=uvicorn_log_config(),
+        access_log=False,  # app.telemetry logs each request, with the job id it concerns
         proxy_headers=False,
     )
 
@@ -197,6 +204,9 @@ def _wait_for_either(*procs: subprocess.Popen[bytes]) -> None:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+register_client_commands(cli)
 
 
 def main() -> None:

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Depends, FastAPI
 
 from app import errors
 from app.api.deps import current_key
-from app.api.routes import artifacts, datasets, health, jobs, logs, workers
+from app.api.routes import artifacts, datasets, events, health, jobs, logs, metrics, ui, workers
 from app.config import get_settings
 from app.limits import BodySizeLimit
 from app.maintenance import MaintenanceThread
+from app.telemetry import RequestMetrics
 
 
 @asynccontextmanager
@@ -41,6 +42,7 @@ def create_app() -> FastAPI:
         max_bytes=settings.max_body_bytes,
         upload_bytes=settings.max_upload_bytes + 64 * 1024,  # the file plus multipart framing
     )
+    app.add_middleware(RequestMetrics)
     # Every /v1 route needs a key, so a new route cannot forget it (P43).
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_key)])
     v1.include_router(jobs.router)
@@ -48,8 +50,11 @@ def create_app() -> FastAPI:
     v1.include_router(datasets.router)
     v1.include_router(workers.router)
     v1.include_router(logs.router)
+    v1.include_router(events.router)
     app.include_router(v1)
     app.include_router(health.router)
+    app.include_router(metrics.router)
+    ui.install(app)
     return app
 
 

@@ -13,7 +13,7 @@ from app.config import get_settings
 from app.db import reset_engines
 from app.maintenance import MaintenanceThread
 from app.queue import celery_config
-from worker import workers
+from worker import logging_setup, workers
 
 celery_app = Celery("epochal-worker", include=["worker.tasks"])
 celery_app.conf.update(celery_config(get_settings()))
@@ -31,6 +31,7 @@ celery_app.conf.update(
 )
 
 _threads: list[Any] = []
+logging_setup.connect()
 
 
 @signals.worker_process_init.connect

@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 
 from app.config import get_settings
+from app.logs import configure_logging
 from app.schemas.job_spec import JobSpec
 from worker.outcome import SUPERVISOR_ENV, JobConfigError, Outcome, write_outcome
 from worker.training.backend import Placement
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempt", type=int, required=True)
     parser.add_argument("--rank", type=int, default=None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s child: %(message)s")
+    configure_logging("child", job_id=args.job_id)  # to job.log, the job id on every line
     die_with_parent()
     settings = get_settings()
     workdir = settings.job_dir(args.job_id)

@@ -1,0 +1,110 @@
+"""The client's offline parts: its imports, SSE parsing, key lookup, spec files and log tails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from app.cli_client import load_spec, new_lines
+from app.client import Client, default_api_key, parse_sse
+from tests.helpers import ROOT
+
+BLOCKER = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError(f"{{name}} must not be needed by the client")
+sys.meta_path.insert(0, Block())
+from app.client import Client, ApiError
+with Client("http://127.0.0.1:9", "k") as c:
+    assert c.url == "http://127.0.0.1:9"
+print("ok", sorted(m for m in sys.modules if m.startswith("app")))
+"""
+
+
+def test_client_imports_with_httpx_and_the_standard_library_only() -> None:
+    blocked = {
+        "fastapi", "starlette", "sqlalchemy", "celery", "kombu", "pydantic",
+        "pydantic_settings", "typer", "rich", "yaml", "prometheus_client", "numpy",
+    }  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", BLOCKER.format(blocked=blocked)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok ['app', 'app.client', 'app.client_types']"
+
+
+def test_parse_sse_follows_the_event_stream_rules() -> None:
+    lines = [
+        ": keep-alive",
+        "",
+        "event: epoch",
+        "id: 3.1.2",
+        'data: {"epoch": 2,',
+        'data:  "val_loss": 0.5}',
+        "",
+        'data: {"x": 1}',
+        "",
+        "event: transition",
+        "",  # no data: not an event
+    ]
+    events = list(parse_sse(lines))
+    assert [(e.type, e.id) for e in events] == [("epoch", "3.1.2"), ("message", None)]
+    assert events[0].data == {"epoch": 2, "val_loss": 0.5} and events[1].data == {"x": 1}
+
+
+def test_key_comes_from_env_then_the_key_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("EPOCHAL_API_KEY", "EPOCHAL_API_KEY_FILE", "EPOCHAL_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("EPOCHAL_HOME", str(tmp_path))
+    assert default_api_key() is None
+    (tmp_path / "api-key").write_text("ep_fromfile\n")
+    assert default_api_key() == "ep_fromfile"
+    monkeypatch.setenv("EPOCHAL_API_KEY", "ep_fromenv")
+    with Client() as client:
+        assert client.url == "http://127.0.0.1:8000"
+        assert client._http.headers["Authorization"] == "Bearer ep_fromenv"
+
+
+def test_load_spec_reads_yaml_and_applies_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("framework: pytorch\ndataset: {name: digits}\ntraining: {epochs: 3}\n")
+    spec = load_spec(
+        path, ["training.epochs=10", "optimizer.learning_rate=3e-4", "tags.team=vision"]
+    )
+    assert spec["training"] == {"epochs": 10}
+    assert spec["optimizer"] == {"learning_rate": 3e-4} and spec["tags"] == {"team": "vision"}
+    for bad in ("training.epochs", "=3", "framework.x=1"):
+        with pytest.raises(typer.BadParameter):
+            load_spec(path, [bad])
+    path.write_text("- a list")
+    with pytest.raises(typer.BadParameter):
+        load_spec(path, [])
+
+
+def test_new_lines_of_a_sliding_log_tail() -> None:
+    assert new_lines(["a", "b", "c"], ["b", "c", "d", "e"]) == ["d", "e"]
+    assert new_lines(["a", "b"], ["a", "b"]) == []
+    assert new_lines([], ["a"]) == ["a"]
+    assert new_lines(["x"], ["y", "z"]) == ["y", "z"]  # no overlap: all of it is new
+
+
+def test_client_types_follow_the_api_schemas() -> None:
+    from dataclasses import fields
+
+    from app.client_types import Job, MetricRow
+    from app.schemas.api import JobPublic
+    from app.schemas.api import MetricRow as ServerRow
+
+    assert [f.name for f in fields(MetricRow)] == list(ServerRow.model_fields)
+    assert {f.name for f in fields(Job)} == set(JobPublic.model_fields)

@@ -1,0 +1,137 @@
+"""The dashboard in a real headless browser (Debian's chromium driven by Playwright) against a
+live service: log in, submit from the editor, watch the curve grow live, cancel."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.schemas.job_spec import JobSpec
+from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service
+
+pytestmark = pytest.mark.e2e
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SHOTS = ROOT / "test-artifacts"
+
+
+def require_browser() -> Any:
+    """Playwright's sync API, or a skip — a failure where CI demands the browser test."""
+    missing = None
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing = "the playwright package is not installed (make install)"
+    if missing is None and not CHROMIUM.exists():
+        missing = f"{CHROMIUM} is missing (make install puts Debian's chromium in with apt)"
+    if missing is not None:
+        if os.environ.get("EPOCHAL_REQUIRE_BROWSER"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    return sync_api
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    require_browser()
+    env = {"EPOCHAL_HOME": str(tmp_path_factory.mktemp("ui") / "home")}
+    migrate_in_subprocess(env)
+    with running_service(env) as svc:
+        yield svc
+
+
+@pytest.fixture
+def page(service: Service) -> Iterator[Any]:
+    sync_api = require_browser()
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(60_000)
+        page.errors, page.urls = [], []
+        page.on("pageerror", lambda error: page.errors.append(error))
+        page.on("request", lambda request: page.urls.append(request.url))
+        page.on("dialog", lambda dialog: dialog.accept())  # "Cancel job …?"
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def points(page: Any) -> int:
+    path = page.locator("[data-testid=loss-chart] path[data-series=train]")
+    return int(path.get_attribute("data-points") or 0) if path.count() else 0
+
+
+def test_dashboard_submits_streams_the_curve_and_cancels(service: Service, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(f"{service.url}/ui")
+    page.get_by_test_id("api-key").fill("ep_000000000000_wrong")
+    page.get_by_test_id("login").click()
+    expect(page.locator("form.login .error")).to_contain_text("401")
+    page.get_by_test_id("api-key").fill(service.api_key)
+    page.get_by_test_id("login").click()
+    expect(page.get_by_test_id("jobs")).to_be_visible()
+
+    page.get_by_test_id("nav-submit").click()
+    editor = page.get_by_test_id("spec-editor")
+    expect(editor).to_be_visible()
+    defaults = JobSpec.model_validate({"name": "my-job", "framework": "pytorch",
+                                       "dataset": {"name": "digits"}})  # fmt: skip
+    assert json.loads(editor.input_value()) == defaults.model_dump(mode="json")
+
+    spec = json.loads(editor.input_value())
+    spec["training"]["epochs"] = 0
+    editor.fill(json.dumps(spec))
+    page.get_by_test_id("submit").click()
+    expect(page.get_by_test_id("submit-error")).to_contain_text("training.epochs")
+
+    spec |= {"name": "browser-job", "training": {"epochs": 200, "batch_size": 16}}
+    spec["dataset"] = {"name": "synthetic", "samples": 50000}
+    editor.fill(json.dumps(spec))
+    page.get_by_test_id("submit").click()
+    expect(page).to_have_url(re.compile(r"#/jobs/[0-9a-f-]{36}$"))
+    job_id = page.url.rsplit("/", 1)[1]
+
+    expect(page.get_by_test_id("status")).to_have_text("running")
+    deadline = time.monotonic() + 120
+    while points(page) < 3:  # epochs arrive over SSE without reloading the page
+        assert time.monotonic() < deadline, "the loss curve did not grow to 3 epochs"
+        page.wait_for_timeout(250)
+    first = points(page)
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / "dashboard-job.png"), full_page=True)
+    expect(page.get_by_test_id("transitions")).to_contain_text("queued → running")
+
+    page.get_by_test_id("cancel").click()
+    expect(page.get_by_test_id("status")).to_have_text("cancelled")
+    expect(page.get_by_test_id("transitions")).to_contain_text("cancelling → cancelled")
+    expect(page.get_by_test_id("cancel")).to_be_hidden()
+    assert points(page) >= first
+
+    page.goto(f"{service.url}/ui#/")
+    row = page.locator(f"[data-job='{job_id}']")
+    expect(row).to_contain_text("cancelled")
+    expect(row).to_contain_text("browser-job")
+    page.screenshot(path=str(SHOTS / "dashboard-jobs.png"), full_page=True)
+
+    assert page.errors == []
+    # The key travels in a header only: never in a URL a proxy or access log would keep.
+    assert not [url for url in page.urls if service.api_key in url]
+    with service.client() as http:
+        assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
