@@ -127,6 +127,7 @@ class WorkerInfo:
     hostname: str = ""
     gpus: int = 0
     devices: list[Any] = field(default_factory=list)
+    busy: bool = False
     current_job_id: str | None = None
     heartbeat_at: datetime | None = None
 

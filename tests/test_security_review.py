@@ -58,7 +58,7 @@ def test_no_unsafe_deserialization(path: Path) -> None:
         name = name_of(call)
         if name.endswith("torch.load"):
             assert keyword(call, "weights_only") is True, f"{path}: {ast.unparse(call)}"
-        if name.endswith("load_model"):
+        if name.split(".")[-1] == "load_model":
             assert keyword(call, "safe_mode") is True, f"{path}: {ast.unparse(call)}"
         if name in ("np.load", "numpy.load"):
             assert keyword(call, "allow_pickle") in (None, False), f"{path}: {ast.unparse(call)}"

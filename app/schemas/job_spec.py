@@ -74,11 +74,13 @@ class MLPSpec(_Spec):
 
     type: Literal["mlp"] = "mlp"
     hidden_units: list[Annotated[int, Field(ge=1, le=8192)]] = Field(
-        default_factory=lambda: [128], max_length=16
+        default_factory=lambda: [128],
+        max_length=16,
+        description="widths of the hidden Dense layers, in order",
     )
-    activation: Activation = "relu"
-    dropout: float = Field(0.0, ge=0.0, le=0.9)
-    batch_norm: bool = False
+    activation: Activation = Field("relu", description="after each hidden layer")
+    dropout: float = Field(0.0, ge=0.0, le=0.9, description="dropout rate after each hidden layer")
+    batch_norm: bool = Field(False, description="batch normalization after each hidden Dense layer")
 
 
 class CNNSpec(_Spec):
@@ -86,15 +88,22 @@ class CNNSpec(_Spec):
 
     type: Literal["cnn"] = "cnn"
     conv_channels: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
-        default_factory=lambda: [32, 64], min_length=1, max_length=6
+        default_factory=lambda: [32, 64],
+        min_length=1,
+        max_length=6,
+        description="one conv block (conv, activation, pool) per entry",
     )
-    kernel_size: int = Field(3, ge=1, le=11)
-    pool: Literal["max", "avg", "none"] = "max"
+    kernel_size: int = Field(3, ge=1, le=11, description="square kernel, 'same' padding")
+    pool: Literal["max", "avg", "none"] = Field(
+        "max", description="2x2 pooling after each conv block"
+    )
     dense_units: list[Annotated[int, Field(ge=1, le=8192)]] = Field(
-        default_factory=lambda: [128], max_length=8
+        default_factory=lambda: [128],
+        max_length=8,
+        description="Dense layers after flattening",
     )
-    activation: Activation = "relu"
-    dropout: float = Field(0.0, ge=0.0, le=0.9)
+    activation: Activation = Field("relu", description="after each conv and Dense layer")
+    dropout: float = Field(0.0, ge=0.0, le=0.9, description="dropout rate after each Dense layer")
 
 
 def _model_type(value: Any) -> str:
@@ -113,17 +122,28 @@ ModelSpec = Annotated[
 class TrainingSpec(_Spec):
     """How long and in what batches; batch_size is the global batch over all replicas."""
 
-    epochs: int = Field(10, ge=1, le=1000)
-    batch_size: int = Field(32, ge=1, le=65536)
-    seed: int = Field(42, ge=0, le=2**31 - 1)
+    epochs: int = Field(10, ge=1, le=1000, description="passes over the training split")
+    batch_size: int = Field(32, ge=1, le=65536, description="the global batch, over all replicas")
+    seed: int = Field(
+        42,
+        ge=0,
+        le=2**31 - 1,
+        description="weights, validation split, sample order and dropout all follow it",
+    )
     shuffle: bool = Field(True, description="Reshuffle the samples (not batches) every epoch.")
 
 
 class OptimizerSpec(_Spec):
     """The optimizer; weight_decay is decoupled (AdamW) and differs from regularization.l2."""
 
-    name: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
-    learning_rate: float = Field(0.001, gt=0.0, le=10.0, allow_inf_nan=False)
+    name: Literal["adam", "adamw", "sgd", "rmsprop"] = Field("adam", description="the optimizer")
+    learning_rate: float = Field(
+        0.001,
+        gt=0.0,
+        le=10.0,
+        allow_inf_nan=False,
+        description="the base rate; lr_scheduler changes it per epoch",
+    )
     momentum: float = Field(0.0, ge=0.0, lt=1.0, description="sgd and rmsprop")
     nesterov: bool = Field(False, description="sgd with momentum > 0")
     weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="adamw only (decoupled)")
@@ -145,44 +165,61 @@ class OptimizerSpec(_Spec):
 class RegularizationSpec(_Spec):
     """An explicit loss term l2 * sum(w**2) over kernel weights (not biases), both frameworks."""
 
-    l2: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    l2: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="weight of l2 * sum(w**2) over kernels, added to the loss",
+    )
 
 
 class StepLRSpec(_Spec):
     """lr = base * gamma ** (epoch_index // step_size), as torch's StepLR stepped per epoch."""
 
     name: Literal["step"] = "step"
-    step_size: int = Field(1, ge=1, le=1000)
-    gamma: float = Field(0.1, gt=0.0, le=1.0)
+    step_size: int = Field(1, ge=1, le=1000, description="epochs between decays")
+    gamma: float = Field(0.1, gt=0.0, le=1.0, description="multiplier at each decay")
 
 
 class ExponentialLRSpec(_Spec):
     """lr = base * gamma ** epoch_index, as torch's ExponentialLR."""
 
     name: Literal["exponential"] = "exponential"
-    gamma: float = Field(0.95, gt=0.0, le=1.0)
+    gamma: float = Field(0.95, gt=0.0, le=1.0, description="multiplier per epoch")
 
 
 class CosineLRSpec(_Spec):
     """Linear warmup then cosine annealing to min_lr over t_max epochs (default: all)."""
 
     name: Literal["cosine"] = "cosine"
-    t_max: int | None = Field(None, ge=1, le=1000)
-    min_lr: float = Field(0.0, ge=0.0, le=10.0)
-    warmup_epochs: int = Field(0, ge=0, le=1000)
+    t_max: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="epochs of the cosine after warmup (default: the rest of training)",
+    )
+    min_lr: float = Field(0.0, ge=0.0, le=10.0, description="the rate at the end of the cosine")
+    warmup_epochs: int = Field(0, ge=0, le=1000, description="linear warmup to learning_rate first")
 
 
 class ReduceOnPlateauSpec(_Spec):
     """Multiply the rate by factor after `patience` epochs without improvement of monitor."""
 
     name: Literal["reduce_on_plateau"] = "reduce_on_plateau"
-    monitor: str = Field("val_loss", max_length=32)
-    mode: Mode = "auto"
-    factor: float = Field(0.1, gt=0.0, lt=1.0)
-    patience: int = Field(10, ge=0, le=1000)
-    min_delta: float = Field(1e-4, ge=0.0, le=1e6)
-    cooldown: int = Field(0, ge=0, le=1000)
-    min_lr: float = Field(0.0, ge=0.0, le=10.0)
+    monitor: str = Field(
+        "val_loss", max_length=32, description="the metric watched, e.g. val_loss or val_accuracy"
+    )
+    mode: Mode = Field("auto", description="min, max, or auto (max for accuracy-like names)")
+    factor: float = Field(0.1, gt=0.0, lt=1.0, description="multiplier when the monitor plateaus")
+    patience: int = Field(
+        10, ge=0, le=1000, description="epochs without improvement before reducing"
+    )
+    min_delta: float = Field(
+        1e-4, ge=0.0, le=1e6, description="smallest change that counts as improvement"
+    )
+    cooldown: int = Field(0, ge=0, le=1000, description="epochs to wait after a reduction")
+    min_lr: float = Field(0.0, ge=0.0, le=10.0, description="the rate never goes below this")
 
 
 LRSchedulerSpec = Annotated[
@@ -194,22 +231,34 @@ LRSchedulerSpec = Annotated[
 class EarlyStoppingSpec(_Spec):
     """Keras' EarlyStopping: stop after `patience` epochs without a min_delta improvement."""
 
-    monitor: str = Field("val_loss", max_length=32)
-    mode: Mode = "auto"
-    patience: int = Field(2, ge=0, le=1000)
-    min_delta: float = Field(0.0, ge=0.0, le=1e6)
-    restore_best_weights: bool = False
-    baseline: float | None = Field(None, allow_inf_nan=False)
-    start_from_epoch: int = Field(0, ge=0, le=1000)
+    monitor: str = Field(
+        "val_loss", max_length=32, description="the metric watched, e.g. val_loss or val_accuracy"
+    )
+    mode: Mode = Field("auto", description="min, max, or auto (max for accuracy-like names)")
+    patience: int = Field(
+        2, ge=0, le=1000, description="epochs without improvement before stopping"
+    )
+    min_delta: float = Field(
+        0.0, ge=0.0, le=1e6, description="smallest change that counts as improvement"
+    )
+    restore_best_weights: bool = Field(False, description="end with the best epoch's weights")
+    baseline: float | None = Field(
+        None, allow_inf_nan=False, description="the wait only resets once the monitor beats this"
+    )
+    start_from_epoch: int = Field(0, ge=0, le=1000, description="epochs of warm-up not watched")
 
 
 class ResourcesSpec(_Spec):
     """Devices: gpus the worker must own, replicas (data parallel), strategy and precision."""
 
-    gpus: int = Field(0, ge=0, le=64)
+    gpus: int = Field(0, ge=0, le=64, description="GPUs the worker must own; 0 trains on CPU")
     replicas: int | None = Field(None, ge=1, le=64, description="default max(gpus, 1)")
-    strategy: Literal["auto", "single", "mirrored", "ddp"] = "auto"
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    strategy: Literal["auto", "single", "mirrored", "ddp"] = Field(
+        "auto", description="auto: mirrored (TensorFlow) or ddp (PyTorch) when replicas > 1"
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="mixed precision; fp16 needs a GPU"
+    )
 
     @property
     def replica_count(self) -> int:
@@ -237,25 +286,59 @@ class JobSpec(_Spec):
         extra="forbid", frozen=True, json_schema_extra={"examples": [SPEC_EXAMPLE]}
     )
 
-    name: str = Field("job", min_length=1, max_length=128, pattern=r"^[\w.\- ]+$")
-    framework: Framework
-    task: Task = "classification"
-    dataset: DatasetSpec
-    model: ModelSpec = Field(default_factory=MLPSpec)
-    training: TrainingSpec = Field(default_factory=TrainingSpec)
-    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
-    regularization: RegularizationSpec = Field(default_factory=RegularizationSpec)
-    lr_scheduler: LRSchedulerSpec | None = None
-    early_stopping: EarlyStoppingSpec | None = None
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    checkpoint_every_epochs: int = Field(1, ge=1, le=1000)
-    max_runtime_seconds: int = Field(86_400, ge=1, le=30 * 86_400)
-    max_queue_seconds: int | None = Field(None, ge=1, le=30 * 86_400)
-    max_restarts: int = Field(2, ge=0, le=10)
+    name: str = Field(
+        "job",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[\w.\- ]+$",
+        description="a label for people",
+    )
+    framework: Framework = Field(description="which back-end trains the model")
+    task: Task = Field(
+        "classification",
+        description="classification: cross-entropy, accuracy; regression: MSE, MAE",
+    )
+    dataset: DatasetSpec = Field(description="the data, its split and normalization")
+    model: ModelSpec = Field(
+        default_factory=MLPSpec, description="mlp or cnn; type defaults to mlp"
+    )
+    training: TrainingSpec = Field(
+        default_factory=TrainingSpec, description="epochs, batch, seed, shuffling"
+    )
+    optimizer: OptimizerSpec = Field(
+        default_factory=OptimizerSpec, description="optimizer and base learning rate"
+    )
+    regularization: RegularizationSpec = Field(
+        default_factory=RegularizationSpec, description="an explicit L2 loss term"
+    )
+    lr_scheduler: LRSchedulerSpec | None = Field(
+        None, description="how the rate changes from epoch to epoch"
+    )
+    early_stopping: EarlyStoppingSpec | None = Field(
+        None, description="Keras' EarlyStopping rule; null trains all epochs"
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, description="devices and replicas"
+    )
+    checkpoint_every_epochs: int = Field(
+        1, ge=1, le=1000, description="a restarted attempt resumes from the last checkpoint"
+    )
+    max_runtime_seconds: int = Field(
+        86_400,
+        ge=1,
+        le=30 * 86_400,
+        description="from the first start, over all attempts: then stop (timeout)",
+    )
+    max_queue_seconds: int | None = Field(
+        None, ge=1, le=30 * 86_400, description="fail (queue_timeout) if not started within this"
+    )
+    max_restarts: int = Field(
+        2, ge=0, le=10, description="new attempts after a lost worker or infrastructure error"
+    )
     tags: dict[
         Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.\-/]+$")],
         Annotated[str, Field(max_length=256)],
-    ] = Field(default_factory=dict, max_length=32)
+    ] = Field(default_factory=dict, max_length=32, description="free-form labels")
 
     @field_validator("tags")
     @classmethod

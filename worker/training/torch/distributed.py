@@ -66,5 +66,12 @@ def sum_all(tensor: torch.Tensor, placement: Placement) -> torch.Tensor:
 
 
 def shutdown(placement: Placement) -> None:
-    if placement.replicas > 1 and dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the group together: gloo aborts the process ("terminate called without an active
+    exception") when one rank tears its group down while another still uses it."""
+    if placement.replicas == 1 or not dist.is_initialized():
+        return
+    try:
+        dist.barrier()
+    except RuntimeError:  # a rank is gone; the launcher already stops the job
+        pass
+    dist.destroy_process_group()

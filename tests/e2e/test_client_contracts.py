@@ -1,0 +1,66 @@
+"""The client and CLI against the routes other parts of the service provide — uploads,
+artifacts, logs, workers — on a live service (embedded default)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+from app.client import ApiError, Client
+from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    env = {"EPOCHAL_HOME": str(tmp_path_factory.mktemp("contracts") / "home")}
+    migrate_in_subprocess(env)
+    with running_service(env) as svc:
+        yield svc
+
+
+def epochal(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
+    env |= {"EPOCHAL_URL": service.url, "EPOCHAL_API_KEY": service.api_key}
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) -> None:
+    digits = load_digits()
+    npz = tmp_path / "my-digits.npz"
+    np.savez(npz, x=digits.images[:1500], y=digits.target[:1500],
+             x_test=digits.images[1500:], y_test=digits.target[1500:])
+    with Client(service.url, service.api_key) as client:
+        dataset = client.upload_dataset(npz, task="classification")
+        assert (dataset.name, dataset.samples, dataset.classes) == ("my-digits", 1500, 10)
+        assert dataset.id in [d.id for d in client.datasets()]
+        job = client.submit({"framework": "pytorch", "dataset": {"id": dataset.id},
+                             "training": {"epochs": 2}})
+        done = client.wait(job.id, timeout=120)
+        assert done.status == "succeeded", done.error
+        assert done.result is not None and "test_accuracy" in done.result
+        assert any("attempt 1" in line for line in client.logs(job.id, tail=50))
+        model = client.download_model(job.id, tmp_path)
+        assert model.suffix == ".pt" and model.stat().st_size > 1000
+        assert [w.busy for w in client.workers()] == [False]
+        with pytest.raises(ApiError) as missing:
+            client.download_model("00000000-0000-0000-0000-000000000000", tmp_path)
+        assert missing.value.status == 404
+    listing = epochal(service, "datasets", "list")
+    assert listing.returncode == 0 and dataset.id in listing.stdout, listing.stderr
+    workers = epochal(service, "workers")
+    assert workers.returncode == 0 and "worker" in workers.stdout, workers.stderr
+    logs = epochal(service, "logs", job.id)
+    assert logs.returncode == 0 and "attempt 1" in logs.stdout, logs.stderr
+    target = tmp_path / "cli-model.pt"
+    download = epochal(service, "download", job.id, str(target))
+    assert download.returncode == 0 and target.stat().st_size == model.stat().st_size, download.stderr
