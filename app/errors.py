@@ -11,6 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.schemas.api import Problem
+
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
 
@@ -62,6 +64,19 @@ async def _http(_: Request, exc: Exception) -> JSONResponse:
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem(500, "internal error; the server log has the details")
+
+
+def _documented(when: str) -> dict[str, Any]:
+    return {"model": Problem, "description": when, "content": {PROBLEM: {}}}
+
+
+# Shown on every /v1 route in OpenAPI: the errors any of them can answer with.
+V1_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _documented("no, unknown or revoked API key"),
+    404: _documented("no such resource, or not yours"),
+    413: _documented("request body too large"),
+    422: _documented("invalid input; `errors` names each field"),
+}
 
 
 def install(app: FastAPI) -> None:

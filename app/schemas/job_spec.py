@@ -36,7 +36,8 @@ MAX_PARAMETERS = 50_000_000
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `true` is not an epoch count and "0.1" is not a number; JSON numbers still are.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class DatasetSpec(_Spec):
@@ -283,7 +284,7 @@ class JobSpec(_Spec):
     """A training job: data, model and recipe; the same meaning in both frameworks."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, json_schema_extra={"examples": [SPEC_EXAMPLE]}
+        extra="forbid", frozen=True, strict=True, json_schema_extra={"examples": [SPEC_EXAMPLE]}
     )
 
     name: str = Field(
