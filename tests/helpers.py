@@ -138,10 +138,10 @@ class Service:
         )
         return out.stdout.split()[-1]
 
-    def start_api(self) -> None:
-        self._spawn(
-            "api", [sys.executable, "-m", "app.cli", "api", "--port", self.url.rsplit(":", 1)[1]]
-        )
+    def start_api(self, workers: int = 1) -> None:
+        port = self.url.rsplit(":", 1)[1]
+        argv = [sys.executable, "-m", "app.cli", "api", "--port", port, "--workers", str(workers)]
+        self._spawn("api", argv)
         wait_until(lambda: _ok(self.url + "/healthz"), 30, "the API to answer /healthz")
 
     def start_worker(self, name: str = "worker", extra_env: dict[str, str] | None = None) -> None:

@@ -1,0 +1,55 @@
+"""Polling under load: 200 clients poll metrics (and the running-jobs list) against a database
+of 1,000 jobs x 1,000 epochs, the API run as in production; the load generator is a second
+process on loopback."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.service.seed import insert_jobs, insert_metrics
+from benchmarks.service.stack import engine_for, running
+from tests.helpers import Service
+
+
+def seed_big(env: dict[str, str], jobs: int, epochs: int) -> tuple[list[str], list[str]]:
+    engine = engine_for(env)
+    finished = insert_jobs(engine, jobs)
+    insert_metrics(engine, finished, epochs)
+    running_ids = insert_jobs(engine, 50, start=jobs, status="running")
+    engine.dispose()
+    return finished, running_ids
+
+
+def load(service: Service, paths: list[str], clients: int, rate: float, seconds: float) -> dict[str, float]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(paths, f)
+    argv = [sys.executable, "-m", "benchmarks.service.loadgen", service.url, service.api_key, f.name,
+            "--clients", str(clients), "--rate", str(rate), "--seconds", str(seconds)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    Path(f.name).unlink()
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def metric_paths(job_ids: list[str], epochs: int, count: int = 2000) -> list[str]:
+    """Pollers ask for what is new since a recent epoch, as a following client does."""
+    rng = random.Random(7)
+    return [f"/v1/jobs/{rng.choice(job_ids)}/metrics?since_epoch={rng.randint(epochs - 10, epochs)}"
+            for _ in range(count)]
+
+
+def run_polling(env: dict[str, str], api_workers: int, clients: int, seconds: float,
+                jobs: int = 1000, epochs: int = 1000) -> dict[str, dict[str, float]]:
+    finished, _ = seed_big(env, jobs, epochs)
+    results = {}
+    with running(env, api_workers=api_workers) as service:
+        metrics = metric_paths(finished, epochs)
+        load(service, metrics[:50], 10, 0, 2)  # warm caches and connections
+        results["metrics_poll"] = load(service, metrics, clients, 1.0, seconds)
+        results["metrics_saturation"] = load(service, metrics, 32, 0, seconds / 2)
+        results["running_list_poll"] = load(service, ["/v1/jobs?status=running&limit=50"], clients, 1.0, seconds)
+    return results

@@ -1,0 +1,85 @@
+"""Fill a database fast: N finished jobs with E epochs of metrics each (bulk inserts, COPY on
+PostgreSQL), so read paths can be measured against a realistic table size."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import insert
+from sqlalchemy.engine import Engine
+
+from app.models import Job
+
+SPEC = {"name": "bench", "framework": "pytorch", "task": "classification",
+        "dataset": {"name": "digits"}, "training": {"epochs": 1000, "batch_size": 32, "seed": 1},
+        "tags": {}}
+METRIC_COLUMNS = ("job_id", "epoch", "attempt", "train_loss", "train_accuracy", "val_loss",
+                  "val_accuracy", "learning_rate", "epoch_seconds", "samples_per_second", "recorded_at")
+BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def job_rows(count: int, start: int, status: str = "succeeded") -> list[dict[str, object]]:
+    rows = []
+    for i in range(start, start + count):
+        created = BASE_TIME + timedelta(seconds=i)
+        rows.append({
+            "id": str(uuid.UUID(int=i + 1)), "name": f"bench-{i}", "framework": "pytorch",
+            "status": status, "spec": SPEC, "queue": "gpus-0", "gpus": 0, "attempt": 1,
+            "max_restarts": 2, "current_epoch": 0, "created_at": created, "updated_at": created,
+        })
+    return rows
+
+
+def insert_jobs(engine: Engine, count: int, start: int = 0, status: str = "succeeded") -> list[str]:
+    rows = job_rows(count, start, status)
+    with engine.begin() as conn:
+        for begin in range(0, len(rows), 5000):
+            conn.execute(insert(Job), rows[begin : begin + 5000])
+    return [str(r["id"]) for r in rows]
+
+
+def metric_tuples(job_ids: list[str], epochs: int):  # type: ignore[no-untyped-def]
+    stamp = BASE_TIME.isoformat()
+    for job_id in job_ids:
+        for epoch in range(1, epochs + 1):
+            loss = 1.0 / epoch
+            yield (job_id, epoch, 1, loss, 1 - loss / 2, loss * 1.1, 1 - loss / 1.8, 0.001, 1.5, 40000.0, stamp)
+
+
+def insert_metrics(engine: Engine, job_ids: list[str], epochs: int) -> None:
+    """One row per (job, epoch): COPY on PostgreSQL, executemany on SQLite."""
+    if engine.dialect.name == "postgresql":
+        _copy_metrics(engine, job_ids, epochs)
+        return
+    placeholders = ",".join("?" * len(METRIC_COLUMNS))
+    sql = f"INSERT INTO epoch_metric ({','.join(METRIC_COLUMNS)}) VALUES ({placeholders})"
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        cursor.execute("BEGIN")
+        rows = list(metric_tuples(job_ids, epochs))
+        sqlite_stamp = BASE_TIME.strftime("%Y-%m-%d %H:%M:%S.%f")  # SQLAlchemy's SQLite format
+        cursor.executemany(sql, [r[:-1] + (sqlite_stamp,) for r in rows])
+        cursor.execute("COMMIT")
+    finally:
+        raw.close()
+
+
+def _copy_metrics(engine: Engine, job_ids: list[str], epochs: int) -> None:
+    raw = engine.raw_connection()
+    try:
+        with raw.cursor() as cursor, cursor.copy(  # type: ignore[attr-defined]
+            f"COPY epoch_metric ({','.join(METRIC_COLUMNS)}) FROM STDIN"
+        ) as copy:
+            buffer = io.StringIO()
+            for row in metric_tuples(job_ids, epochs):
+                buffer.write("\t".join(map(str, row)) + "\n")
+                if buffer.tell() > 1 << 20:
+                    copy.write(buffer.getvalue())
+                    buffer = io.StringIO()
+            copy.write(buffer.getvalue())
+        raw.commit()
+    finally:
+        raw.close()
