@@ -7,33 +7,46 @@ from __future__ import annotations
 
 import argparse
 
+from benchmarks.machine import describe as machine
 from benchmarks.service import growth, latency, polling
-from benchmarks.service.report import Report, machine
+from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
 
 
 def bench_latency(report: Report, jobs: int) -> None:
     for kind in ("postgres", "sqlite"):
-        with bench_env(kind) as env, running(env, worker=True) as service, service.client() as client:
+        with (
+            bench_env(kind) as env,
+            running(env, worker=True) as service,
+            service.client() as client,
+        ):
             result = latency.submit_to_running(client, jobs)
         tag = "" if kind == "postgres" else "_embedded"
         report.add(f"submit_to_running_p50_ms{tag}", result["p50_ms"], "ms", f"{jobs} jobs, {kind}")
         report.add(f"submit_to_running_p99_ms{tag}", result["p99_ms"], "ms", f"{jobs} jobs, {kind}")
-        report.add(f"tiny_job_turnaround_s{tag}", result["turnaround_s"], "s", "POST to finished, median")
+        report.add(
+            f"tiny_job_turnaround_s{tag}", result["turnaround_s"], "s", "POST to finished, median"
+        )
 
 
 def bench_polling(report: Report, quick: bool) -> None:
     jobs, epochs, seconds = (100, 100, 5) if quick else (1000, 1000, 20)
     with bench_env("postgres") as env:
-        results = polling.run_polling(env, api_workers=2, clients=200, seconds=seconds, jobs=jobs, epochs=epochs)
+        results = polling.run_polling(
+            env, api_workers=2, clients=200, seconds=seconds, jobs=jobs, epochs=epochs
+        )
     setup = f"200 clients x 1/s, {jobs}x{epochs} rows, 2 uvicorn workers, PostgreSQL"
     poll = results["metrics_poll"]
     report.add("metrics_poll_p99_ms", poll["p99_ms"], "ms", setup)
     report.add("metrics_poll_p50_ms", poll["p50_ms"], "ms", setup)
     report.add("metrics_poll_rps", poll["rps"], "req/s", f"errors {poll['errors']}")
-    report.add("metrics_max_rps", results["metrics_saturation"]["rps"], "req/s", "32 clients back to back")
+    report.add(
+        "metrics_max_rps", results["metrics_saturation"]["rps"], "req/s", "32 clients back to back"
+    )
     running_list = results["running_list_poll"]
-    report.add("running_list_poll_p99_ms", running_list["p99_ms"], "ms", "GET /v1/jobs?status=running")
+    report.add(
+        "running_list_poll_p99_ms", running_list["p99_ms"], "ms", "GET /v1/jobs?status=running"
+    )
 
 
 def bench_growth(report: Report, quick: bool) -> None:
@@ -58,9 +71,11 @@ def main() -> None:
     args = parser.parse_args()
     report = Report()
     print(f"machine: {machine()}", flush=True)
-    steps = {"latency": lambda: bench_latency(report, 10 if args.quick else 50),
-             "polling": lambda: bench_polling(report, args.quick),
-             "growth": lambda: bench_growth(report, args.quick)}
+    steps = {
+        "latency": lambda: bench_latency(report, 10 if args.quick else 50),
+        "polling": lambda: bench_polling(report, args.quick),
+        "growth": lambda: bench_growth(report, args.quick),
+    }
     for name, step in steps.items():
         if args.only in (None, name):
             step()

@@ -11,8 +11,13 @@ import httpx
 
 from benchmarks.service.loadgen import percentile
 
-TINY = {"name": "tiny", "framework": "pytorch", "dataset": {"name": "synthetic", "samples": 200, "features": 8},
-        "training": {"epochs": 1, "batch_size": 50}, "model": {"hidden_units": [8]}}
+TINY = {
+    "name": "tiny",
+    "framework": "pytorch",
+    "dataset": {"name": "synthetic", "samples": 200, "features": 8},
+    "training": {"epochs": 1, "batch_size": 50},
+    "model": {"hidden_units": [8]},
+}
 
 
 def wait_terminal(client: httpx.Client, job_id: str, timeout: float = 120) -> dict:  # type: ignore[type-arg]
@@ -40,5 +45,8 @@ def submit_to_running(client: httpx.Client, jobs: int) -> dict[str, float]:
         finished = datetime.fromisoformat(job["finished_at"])
         turnarounds.append((finished - returned).total_seconds())
     ordered = sorted(latencies)
-    return {"p50_ms": percentile(ordered, 50), "p99_ms": percentile(ordered, 99),
-            "turnaround_s": statistics.median(turnarounds)}
+    return {
+        "p50_ms": percentile(ordered, 50),
+        "p99_ms": percentile(ordered, 99),
+        "turnaround_s": statistics.median(turnarounds),
+    }

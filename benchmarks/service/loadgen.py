@@ -25,8 +25,15 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-async def client_loop(http: httpx.AsyncClient, paths: list[str], rate: float, stop_at: float,
-                      latencies: list[float], errors: list[int], seed: int) -> None:
+async def client_loop(
+    http: httpx.AsyncClient,
+    paths: list[str],
+    rate: float,
+    stop_at: float,
+    latencies: list[float],
+    errors: list[int],
+    seed: int,
+) -> None:
     rng = random.Random(seed)
     interval = 1.0 / rate if rate > 0 else 0.0
     next_at = time.perf_counter() + rng.random() * interval  # spread the clients out
@@ -47,7 +54,9 @@ async def client_loop(http: httpx.AsyncClient, paths: list[str], rate: float, st
             errors.append(1)
 
 
-async def run(url: str, key: str, paths: list[str], clients: int, rate: float, seconds: float) -> dict[str, float]:
+async def run(
+    url: str, key: str, paths: list[str], clients: int, rate: float, seconds: float
+) -> dict[str, float]:
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     headers = {"Authorization": f"Bearer {key}"}
     latencies: list[float] = []
@@ -56,13 +65,20 @@ async def run(url: str, key: str, paths: list[str], clients: int, rate: float, s
         await http.get(paths[0])  # warm one connection
         started = time.perf_counter()
         stop_at = started + seconds
-        await asyncio.gather(*(client_loop(http, paths, rate, stop_at, latencies, errors, i)
-                               for i in range(clients)))
+        await asyncio.gather(
+            *(client_loop(http, paths, rate, stop_at, latencies, errors, i) for i in range(clients))
+        )
         elapsed = time.perf_counter() - started
     ordered = sorted(latencies)
-    return {"requests": len(ordered), "errors": len(errors), "rps": len(ordered) / elapsed,
-            "p50_ms": percentile(ordered, 50), "p90_ms": percentile(ordered, 90),
-            "p99_ms": percentile(ordered, 99), "max_ms": ordered[-1] if ordered else float("nan")}
+    return {
+        "requests": len(ordered),
+        "errors": len(errors),
+        "rps": len(ordered) / elapsed,
+        "p50_ms": percentile(ordered, 50),
+        "p90_ms": percentile(ordered, 90),
+        "p99_ms": percentile(ordered, 99),
+        "max_ms": ordered[-1] if ordered else float("nan"),
+    }
 
 
 def main() -> None:
@@ -71,11 +87,17 @@ def main() -> None:
     parser.add_argument("key")
     parser.add_argument("paths", type=Path)
     parser.add_argument("--clients", type=int, default=200)
-    parser.add_argument("--rate", type=float, default=1.0, help="polls per second per client; 0 = closed loop")
+    parser.add_argument(
+        "--rate", type=float, default=1.0, help="polls per second per client; 0 = closed loop"
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
     paths = json.loads(args.paths.read_text())
-    print(json.dumps(asyncio.run(run(args.url, args.key, paths, args.clients, args.rate, args.seconds))))
+    print(
+        json.dumps(
+            asyncio.run(run(args.url, args.key, paths, args.clients, args.rate, args.seconds))
+        )
+    )
 
 
 if __name__ == "__main__":

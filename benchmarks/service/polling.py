@@ -25,11 +25,25 @@ def seed_big(env: dict[str, str], jobs: int, epochs: int) -> tuple[list[str], li
     return finished, running_ids
 
 
-def load(service: Service, paths: list[str], clients: int, rate: float, seconds: float) -> dict[str, float]:
+def load(
+    service: Service, paths: list[str], clients: int, rate: float, seconds: float
+) -> dict[str, float]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(paths, f)
-    argv = [sys.executable, "-m", "benchmarks.service.loadgen", service.url, service.api_key, f.name,
-            "--clients", str(clients), "--rate", str(rate), "--seconds", str(seconds)]
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.service.loadgen",
+        service.url,
+        service.api_key,
+        f.name,
+        "--clients",
+        str(clients),
+        "--rate",
+        str(rate),
+        "--seconds",
+        str(seconds),
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     Path(f.name).unlink()
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -38,12 +52,20 @@ def load(service: Service, paths: list[str], clients: int, rate: float, seconds:
 def metric_paths(job_ids: list[str], epochs: int, count: int = 2000) -> list[str]:
     """Pollers ask for what is new since a recent epoch, as a following client does."""
     rng = random.Random(7)
-    return [f"/v1/jobs/{rng.choice(job_ids)}/metrics?since_epoch={rng.randint(epochs - 10, epochs)}"
-            for _ in range(count)]
+    return [
+        f"/v1/jobs/{rng.choice(job_ids)}/metrics?since_epoch={rng.randint(epochs - 10, epochs)}"
+        for _ in range(count)
+    ]
 
 
-def run_polling(env: dict[str, str], api_workers: int, clients: int, seconds: float,
-                jobs: int = 1000, epochs: int = 1000) -> dict[str, dict[str, float]]:
+def run_polling(
+    env: dict[str, str],
+    api_workers: int,
+    clients: int,
+    seconds: float,
+    jobs: int = 1000,
+    epochs: int = 1000,
+) -> dict[str, dict[str, float]]:
     finished, _ = seed_big(env, jobs, epochs)
     results = {}
     with running(env, api_workers=api_workers) as service:
@@ -51,5 +73,7 @@ def run_polling(env: dict[str, str], api_workers: int, clients: int, seconds: fl
         load(service, metrics[:50], 10, 0, 2)  # warm caches and connections
         results["metrics_poll"] = load(service, metrics, clients, 1.0, seconds)
         results["metrics_saturation"] = load(service, metrics, 32, 0, seconds / 2)
-        results["running_list_poll"] = load(service, ["/v1/jobs?status=running&limit=50"], clients, 1.0, seconds)
+        results["running_list_poll"] = load(
+            service, ["/v1/jobs?status=running&limit=50"], clients, 1.0, seconds
+        )
     return results

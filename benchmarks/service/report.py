@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import platform
 from dataclasses import dataclass, field
 
 
@@ -20,20 +18,3 @@ class Report:
         lines = [title, "-" * len(title)]
         lines += [f"{n:<{width}}  {v:>10} {u:<8} {note}" for n, v, u, note in self.rows]
         return "\n".join(lines)
-
-
-def machine() -> str:
-    """Cores and memory of this machine, for the header of every result."""
-    mem_kb = 0
-    try:
-        with open("/proc/meminfo") as f:
-            mem_kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
-    except (OSError, StopIteration):
-        pass
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{os.cpu_count()} cores ({cpu}), {mem_kb / 1024 / 1024:.1f} GiB RAM, Python {platform.python_version()}"

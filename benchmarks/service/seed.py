@@ -12,11 +12,27 @@ from sqlalchemy.engine import Engine
 
 from app.models import Job
 
-SPEC = {"name": "bench", "framework": "pytorch", "task": "classification",
-        "dataset": {"name": "digits"}, "training": {"epochs": 1000, "batch_size": 32, "seed": 1},
-        "tags": {}}
-METRIC_COLUMNS = ("job_id", "epoch", "attempt", "train_loss", "train_accuracy", "val_loss",
-                  "val_accuracy", "learning_rate", "epoch_seconds", "samples_per_second", "recorded_at")
+SPEC = {
+    "name": "bench",
+    "framework": "pytorch",
+    "task": "classification",
+    "dataset": {"name": "digits"},
+    "training": {"epochs": 1000, "batch_size": 32, "seed": 1},
+    "tags": {},
+}
+METRIC_COLUMNS = (
+    "job_id",
+    "epoch",
+    "attempt",
+    "train_loss",
+    "train_accuracy",
+    "val_loss",
+    "val_accuracy",
+    "learning_rate",
+    "epoch_seconds",
+    "samples_per_second",
+    "recorded_at",
+)
 BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -24,11 +40,22 @@ def job_rows(count: int, start: int, status: str = "succeeded") -> list[dict[str
     rows = []
     for i in range(start, start + count):
         created = BASE_TIME + timedelta(seconds=i)
-        rows.append({
-            "id": str(uuid.UUID(int=i + 1)), "name": f"bench-{i}", "framework": "pytorch",
-            "status": status, "spec": SPEC, "queue": "gpus-0", "gpus": 0, "attempt": 1,
-            "max_restarts": 2, "current_epoch": 0, "created_at": created, "updated_at": created,
-        })
+        rows.append(
+            {
+                "id": str(uuid.UUID(int=i + 1)),
+                "name": f"bench-{i}",
+                "framework": "pytorch",
+                "status": status,
+                "spec": SPEC,
+                "queue": "gpus-0",
+                "gpus": 0,
+                "attempt": 1,
+                "max_restarts": 2,
+                "current_epoch": 0,
+                "created_at": created,
+                "updated_at": created,
+            }
+        )
     return rows
 
 
@@ -45,7 +72,19 @@ def metric_tuples(job_ids: list[str], epochs: int):  # type: ignore[no-untyped-d
     for job_id in job_ids:
         for epoch in range(1, epochs + 1):
             loss = 1.0 / epoch
-            yield (job_id, epoch, 1, loss, 1 - loss / 2, loss * 1.1, 1 - loss / 1.8, 0.001, 1.5, 40000.0, stamp)
+            yield (
+                job_id,
+                epoch,
+                1,
+                loss,
+                1 - loss / 2,
+                loss * 1.1,
+                1 - loss / 1.8,
+                0.001,
+                1.5,
+                40000.0,
+                stamp,
+            )
 
 
 def insert_metrics(engine: Engine, job_ids: list[str], epochs: int) -> None:
@@ -70,9 +109,12 @@ def insert_metrics(engine: Engine, job_ids: list[str], epochs: int) -> None:
 def _copy_metrics(engine: Engine, job_ids: list[str], epochs: int) -> None:
     raw = engine.raw_connection()
     try:
-        with raw.cursor() as cursor, cursor.copy(  # type: ignore[attr-defined]
-            f"COPY epoch_metric ({','.join(METRIC_COLUMNS)}) FROM STDIN"
-        ) as copy:
+        with (
+            raw.cursor() as cursor,
+            cursor.copy(  # type: ignore[attr-defined]
+                f"COPY epoch_metric ({','.join(METRIC_COLUMNS)}) FROM STDIN"
+            ) as copy,
+        ):
             buffer = io.StringIO()
             for row in metric_tuples(job_ids, epochs):
                 buffer.write("\t".join(map(str, row)) + "\n")

@@ -24,10 +24,15 @@ from tests.helpers import (
     pick_redis_db,
 )
 
-PG_ADMIN = os.environ.get("EPOCHAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN = os.environ.get(
+    "EPOCHAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
-FAST = {"EPOCHAL_HEARTBEAT_SECONDS": "1", "EPOCHAL_MAINTENANCE_SECONDS": "2",
-        "EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY": "0"}
+FAST = {
+    "EPOCHAL_HEARTBEAT_SECONDS": "1",
+    "EPOCHAL_MAINTENANCE_SECONDS": "2",
+    "EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY": "0",
+}
 
 
 @contextmanager
@@ -40,7 +45,10 @@ def bench_env(kind: str) -> Iterator[dict[str, str]]:
         if kind == "postgres":
             name = f"epochal_bench_{secrets.token_hex(4)}"
             url, redis_client = pick_redis_db(REDIS)
-            env |= {"EPOCHAL_DATABASE_URL": create_pg_database(PG_ADMIN, name), "EPOCHAL_BROKER_URL": url}
+            env |= {
+                "EPOCHAL_DATABASE_URL": create_pg_database(PG_ADMIN, name),
+                "EPOCHAL_BROKER_URL": url,
+            }
         migrate_in_subprocess(env)
         yield env
     finally:
