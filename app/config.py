@@ -40,6 +40,10 @@ class Settings(BaseSettings):
         None, description="GPU ids this worker owns (else CUDA_VISIBLE_DEVICES)."
     )
     worker_name: str | None = None
+    warm_frameworks: str = Field(
+        "pytorch,tensorflow",
+        description="Frameworks whose next training process a worker starts ahead of time.",
+    )
     heartbeat_seconds: float = Field(5.0, gt=0, le=300)
     lease_seconds: float = Field(
         30.0, gt=0, le=3600, description="A job whose lease is this old is re-queued."

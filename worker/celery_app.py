@@ -14,6 +14,8 @@ from app.db import reset_engines
 from app.maintenance import MaintenanceThread
 from app.queue import celery_config
 from worker import logging_setup, workers
+from worker.runner import warm_up
+from worker.standby import POOL
 
 celery_app = Celery("epochal-worker", include=["worker.tasks"])
 celery_app.conf.update(celery_config(get_settings()))
@@ -37,6 +39,12 @@ logging_setup.connect()
 @signals.worker_process_init.connect
 def _fresh_engine_after_fork(**_: Any) -> None:
     reset_engines()  # a pool child must not share the parent's DB connections (P39)
+    warm_up(get_settings(), ["pytorch", "tensorflow"])  # the first job starts warm too
+
+
+@signals.worker_process_shutdown.connect
+def _no_waiting_children(**_: Any) -> None:
+    POOL.close()
 
 
 @signals.worker_ready.connect

@@ -9,8 +9,10 @@ per rank from here; they share a process group, so a stop signal reaches every r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import errno
+import json
 import logging
 import os
 import signal
@@ -21,9 +23,10 @@ import traceback
 from pathlib import Path
 
 from app.config import get_settings
+from app.joblog import log_path
 from app.logs import configure_logging
 from app.schemas.job_spec import JobSpec
-from worker.outcome import SUPERVISOR_ENV, JobConfigError, Outcome, write_outcome
+from worker.outcome import SPAWNED_ENV, SUPERVISOR_ENV, JobConfigError, Outcome, write_outcome
 from worker.training.backend import Placement
 from worker.training.callbacks import TrainState
 
@@ -131,15 +134,55 @@ def classify(exc: BaseException) -> Outcome:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def wait_for_assignment(framework: str) -> tuple[str, int, float]:
+    """Standby mode (worker.standby): import the framework now, then wait for a job on stdin."""
+    import importlib
+
+    from worker.training.backend import BACKENDS
+
+    importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
+    importlib.import_module("worker.trainer")
+    with contextlib.suppress(ImportError):  # what the digits data set needs, ~0.7 s
+        importlib.import_module("sklearn.datasets")
+    line = sys.stdin.readline()
+    if not line:  # the supervisor went away without a job for us
+        os._exit(0)
+    message = json.loads(line)
+    return str(message["job_id"]), int(message["attempt"]), float(message["sent_at"])
+
+
+def write_output_to(path: Path) -> None:
+    """From now on stdout and stderr go to the job's log (a warm child starts detached)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="worker.launch")
-    parser.add_argument("job_id")
-    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("job_id", nargs="?")
+    parser.add_argument("--attempt", type=int)
     parser.add_argument("--rank", type=int, default=None)
+    parser.add_argument("--standby", choices=["pytorch", "tensorflow"], default=None)
     args = parser.parse_args(argv)
-    configure_logging("child", job_id=args.job_id)  # to job.log, the job id on every line
+    if args.standby is None and (args.job_id is None or args.attempt is None):
+        parser.error("JOB_ID and --attempt are required (or --standby FRAMEWORK)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     die_with_parent()
     settings = get_settings()
+    if args.standby:
+        args.job_id, args.attempt, started = wait_for_assignment(args.standby)
+        write_output_to(log_path(settings.job_dir(args.job_id)))
+    else:
+        started = float(os.environ.pop(SPAWNED_ENV, time.time()))
+    configure_logging("child", job_id=args.job_id)  # to job.log, the job id on every line
     workdir = settings.job_dir(args.job_id)
     spec = JobSpec.model_validate_json((workdir / "spec.json").read_text())
     placement = placement_for(spec, args.rank or 0)
@@ -149,9 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     listen_for_stop(state, workdir, args.attempt)
     from worker.trainer import train  # after the signal handler: importing a framework is slow
 
+    timings = {"startup_s": time.time() - started}  # spawn (or hand-over) to training code
     try:
         outcome = train(
-            spec, args.job_id, args.attempt, workdir, placement, state, settings.resolved_data_dir
+            spec,
+            args.job_id,
+            args.attempt,
+            workdir,
+            placement,
+            state,
+            settings.resolved_data_dir,
+            timings,
         )
     except BaseException as exc:  # report every failure with a code; the log gets the trace
         traceback.print_exc()
@@ -162,5 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if outcome.status != "failed" else 1
 
 
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown of the framework (~1 s): the outcome and the
+    log are written and flushed, and nothing else of this process outlives it."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 SUPERVISOR_ENV = "EPOCHAL_SUPERVISOR_PID"  # the runner tells its child who its parent is
+SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold child
 RETRYABLE = frozenset({"worker_lost", "infrastructure", "child_killed", "child_crashed"})
 
 

@@ -29,7 +29,8 @@ from app.db import session_scope
 from app.dispatch import dispatch
 from app.joblog import append_line, log_path
 from app.models import JobStatus, utcnow
-from worker.outcome import SUPERVISOR_ENV, Outcome, read_outcome
+from worker.outcome import SPAWNED_ENV, SUPERVISOR_ENV, Outcome, read_outcome
+from worker.standby import POOL
 from worker.workers import set_current_job
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,25 @@ def run_job(job_id: str, worker_name: str) -> None:
         record_end(settings, run)
     finally:
         _set_current_job(worker_name, None)
+        warm_up(settings, [spec["framework"]])  # the next job of this kind starts warm
+
+
+def warm_up(settings: Settings, frameworks: list[str]) -> None:
+    """Start the next training process of each framework now (worker.standby)."""
+    wanted = [f.strip() for f in settings.warm_frameworks.split(",") if f.strip()]
+    for framework in frameworks:
+        if framework in wanted:
+            POOL.refill(framework, child_env())
+
+
+def child_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        SUPERVISOR_ENV: str(os.getpid()),
+    }
 
 
 def _set_current_job(worker_name: str, job_id: str | None) -> None:
@@ -105,21 +125,16 @@ def start_child(
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "spec.json").write_text(json.dumps(spec))
     append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s)")
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-        SUPERVISOR_ENV: str(os.getpid()),
-    }
-    with log_path(workdir).open("ab") as log_file:  # the child keeps its own copy of the fd
-        process = subprocess.Popen(
-            [sys.executable, "-m", "worker.launch", job_id, "--attempt", str(attempt)],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
+    process = POOL.assign(str(spec["framework"]), job_id, attempt)
+    if process is None:
+        with log_path(workdir).open("ab") as log_file:  # the child keeps its own copy of the fd
+            process = subprocess.Popen(
+                [sys.executable, "-m", "worker.launch", job_id, "--attempt", str(attempt)],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**child_env(), SPAWNED_ENV: str(time.time())},
+            )
     now = time.monotonic()
     return Attempt(job_id, attempt, workdir, now + seconds, process, renewed_at=now)
 
@@ -136,7 +151,10 @@ def supervise(settings: Settings, run: Attempt) -> None:
         if now >= run.deadline:
             _request_stop(run, "timeout")
         _escalate(settings, run, now)
-        time.sleep(POLL_SECONDS)
+        try:  # wakes as soon as the child exits, not at the next poll
+            run.process.wait(timeout=POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
     run.process.wait()
 
 

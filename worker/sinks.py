@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from app import crud
 from app.db import session_scope
 from worker.training.callbacks import Callback, Logs, TrainState
@@ -28,12 +30,15 @@ class DbMetricRecorder(Callback):
 
     def __init__(self, job_id: str, attempt: int) -> None:
         self.job_id, self.attempt = job_id, attempt
+        self.seconds = 0.0  # spent writing rows (reported in the job's timings)
 
     def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
         row = {column: logs[key] for key, column in ROW_FIELDS.items() if key in logs}
         best = (state.best_epoch, state.best_value) if state.best_epoch else None
+        started = time.perf_counter()
         with session_scope() as session:
             owned = crud.record_epoch(session, self.job_id, self.attempt, state.epoch, row, best)
+        self.seconds += time.perf_counter() - started
         if not owned:
             raise LostOwnership(
                 f"job {self.job_id} attempt {self.attempt} is no longer running here"

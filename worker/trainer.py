@@ -8,7 +8,8 @@ a database, so tests and benchmarks run exactly this code in-process.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,20 +93,38 @@ def train(
     placement: Placement,
     state: TrainState,
     data_dir: Path,
+    timings: dict[str, float] | None = None,
 ) -> Outcome:
     """Run (or resume) the attempt; returns what the supervisor should record."""
-    try:
-        splits = load_splits(spec, data_dir)
-    except DataError as exc:
-        return Outcome.failure("invalid_data", str(exc))
-    backend = create_backend(spec, splits, placement)
+    timings = {} if timings is None else timings
+    with phase(timings, "data_s"):
+        try:
+            splits = load_splits(spec, data_dir)
+        except DataError as exc:
+            return Outcome.failure("invalid_data", str(exc))
+    with phase(timings, "build_s"):
+        backend = create_backend(spec, splits, placement)
     record: list[Callback] = []
     if backend.is_main:
-        record = [ForgetReplayedEpochs(job_id), DbMetricRecorder(job_id, attempt)]
+        rows = DbMetricRecorder(job_id, attempt)
+        record = [ForgetReplayedEpochs(job_id), rows]
     try:
-        return run_attempt(spec, workdir, backend, splits, state, record)
+        outcome = run_attempt(spec, workdir, backend, splits, state, record, timings)
     finally:
         backend.close()
+    if backend.is_main and outcome.result:
+        outcome.result["timings"]["db_write_s"] = round(rows.seconds, 4)
+    return outcome
+
+
+@contextmanager
+def phase(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Add the block's wall time to timings[name] (the job's result reports them)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - started
 
 
 def run_attempt(
@@ -115,8 +134,10 @@ def run_attempt(
     splits: Splits,
     state: TrainState,
     record: Sequence[Callback] = (),
+    timings: dict[str, float] | None = None,
 ) -> Outcome:
     """Resume from the latest checkpoint in workdir if any, fit, then checkpoint and export."""
+    timings = {} if timings is None else timings
     validate = splits.x_val is not None
     callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), record))
     checkpointer = Checkpointer(workdir / "checkpoints", backend, spec.checkpoint_every_epochs)
@@ -139,8 +160,12 @@ def run_attempt(
             error_code="timeout" if reason == "timeout" else None,
             error=detail if reason == "timeout" else None,
         )
-    if backend.is_main:
-        (workdir / "model").mkdir(parents=True, exist_ok=True)
-        backend.export_model(workdir / "model")
-    result = final_result(backend, splits, state, fitted.logs, seconds)
+    with phase(timings, "export_s"):
+        if backend.is_main:
+            (workdir / "model").mkdir(parents=True, exist_ok=True)
+            backend.export_model(workdir / "model")
+    with phase(timings, "final_eval_s"):
+        result = final_result(backend, splits, state, fitted.logs, seconds)
+    timings |= {"fit_s": seconds, "checkpoint_s": checkpointer.seconds}
+    result["timings"] = {k: round(v, 4) for k, v in timings.items()}
     return Outcome("succeeded", reason or "completed", result=result)

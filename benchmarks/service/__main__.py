@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.machine import describe as machine
-from benchmarks.service import growth, latency, polling
+from benchmarks.service import growth, latency, overhead, polling, sse
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
 
@@ -43,6 +43,12 @@ def bench_polling(report: Report, quick: bool) -> None:
     report.add(
         "metrics_max_rps", results["metrics_saturation"]["rps"], "req/s", "32 clients back to back"
     )
+    with bench_env("postgres") as env:
+        stream = sse.run_sse(env, jobs=20, per_job=10, seconds=5 if quick else 15)
+    setup = f"{stream['subscribers']} subscribers on 20 running jobs, 1 epoch/job/0.5 s"
+    report.add("sse_events_per_s", stream["events_per_s"], "events/s", setup)
+    report.add("sse_lag_p50_ms", stream["lag_p50_ms"], "ms", "row commit to client")
+    report.add("sse_lag_p99_ms", stream["lag_p99_ms"], "ms", "poll interval 0.5 s")
     running_list = results["running_list_poll"]
     report.add(
         "running_list_poll_p99_ms", running_list["p99_ms"], "ms", "GET /v1/jobs?status=running"
@@ -64,10 +70,27 @@ def bench_growth(report: Report, quick: bool) -> None:
     report.add("job_list_slope_ms_per_10x", growth.slope_per_decade(points), "ms", "flat is ~0")
 
 
+def bench_overhead(report: Report, quick: bool) -> None:
+    epochs, runs = (2, 1) if quick else (5, 3)
+    with bench_env("sqlite") as env, running(env, worker=True) as service:
+        with service.client() as client:
+            for framework in ("pytorch", "tensorflow"):
+                result = overhead.measure(client, framework, epochs, runs)
+                note = f"{epochs}-epoch Fashion-MNIST, embedded default, median of {runs}"
+                report.add(f"service_overhead_pct_{framework}", result["overhead_pct"], "%", note)
+                report.add(f"direct_wall_s_{framework}", result["direct_s"], "s", "in-process")
+                report.add(f"service_wall_s_{framework}", result["service_s"], "s", "POST to end")
+                for part, seconds in result["parts"].items():
+                    if part != "accuracy":
+                        report.add(f"overhead_{part}_{framework}", seconds, "s", "median")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="benchmarks.service")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--only", choices=["latency", "polling", "growth"], default=None)
+    parser.add_argument(
+        "--only", choices=["latency", "polling", "growth", "overhead"], default=None
+    )
     args = parser.parse_args()
     report = Report()
     print(f"machine: {machine()}", flush=True)
@@ -75,6 +98,7 @@ def main() -> None:
         "latency": lambda: bench_latency(report, 10 if args.quick else 50),
         "polling": lambda: bench_polling(report, args.quick),
         "growth": lambda: bench_growth(report, args.quick),
+        "overhead": lambda: bench_overhead(report, args.quick),
     }
     for name, step in steps.items():
         if args.only in (None, name):

@@ -63,4 +63,5 @@ def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) ->
     assert logs.returncode == 0 and "attempt 1" in logs.stdout, logs.stderr
     target = tmp_path / "cli-model.pt"
     download = epochal(service, "download", job.id, str(target))
-    assert download.returncode == 0 and target.stat().st_size == model.stat().st_size, download.stderr
+    assert download.returncode == 0, download.stderr
+    assert target.stat().st_size == model.stat().st_size

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ class Checkpointer(Callback):
         self.root, self.backend, self.every, self.keep = root, backend, every, keep
         self.callbacks: list[Callback] = []
         self.saved_epoch = 0
+        self.seconds = 0.0  # spent writing checkpoints (reported in the job's timings)
 
     def watch(self, callbacks: CallbackList) -> None:
         """The callbacks whose state goes into each checkpoint."""
@@ -39,6 +41,11 @@ class Checkpointer(Callback):
     def save(self, state: TrainState) -> None:
         if not self.backend.is_main or state.epoch == 0 or state.epoch == self.saved_epoch:
             return
+        started = time.perf_counter()
+        self._write(state)
+        self.seconds += time.perf_counter() - started
+
+    def _write(self, state: TrainState) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"epoch-{state.epoch:04d}"
         tmp = self.root / f".tmp-{final.name}-{os.getpid()}"

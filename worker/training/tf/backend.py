@@ -247,3 +247,8 @@ class TFBackend:
 
     def close(self) -> None:
         keras.backend.clear_session()
+
+
+def preload() -> None:
+    """Nothing TensorFlow would do lazily can run before a job: logical devices for a
+    MirroredStrategy must be set before the runtime starts. Importing is the warm-up."""

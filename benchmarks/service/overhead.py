@@ -1,0 +1,110 @@
+"""service_overhead_pct: a 5-epoch Fashion-MNIST job through the service against the same loop
+called directly in one process, and where the difference goes.
+
+Direct: a fresh process imports the framework (not timed: a worker's warm child has done that
+too), then times data loading, building the model, `fit` and the test evaluation: what a user
+who runs the loop by hand waits for. Service: from `POST /v1/jobs` returning to the job's
+`finished_at`, with an idle worker on the embedded default. Runs alternate, medians reported.
+The service's extra parts come from the job's own record: the queued→running transition and
+the `timings` the training child puts in the result (startup, data, build, per-epoch DB rows
+and checkpoints, export, final evaluation); what is left is recording the end.
+
+`python -m benchmarks.service.overhead direct FRAMEWORK EPOCHS` is the direct case.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from statistics import median
+from typing import Any
+
+import httpx
+
+from benchmarks.service.latency import wait_terminal
+from benchmarks.training.common import DATA_DIR, seed_equivalent_spec
+from benchmarks.training.suite import run_case
+
+PARTS = ("queue_s", "startup_s", "data_s", "build_s", "db_write_s", "checkpoint_s", "export_s")
+
+
+def direct(framework: str, epochs: int) -> dict[str, float]:
+    """The loop by hand, in this process: data, model, fit, test evaluation (no checkpoints)."""
+    from app.schemas.job_spec import JobSpec
+    from worker.trainer import best_monitor, build_callbacks, final_result
+    from worker.training.backend import BACKENDS, Placement, create_backend
+    from worker.training.callbacks import CallbackList, TrainState
+    from worker.training.data import load_splits
+    from worker.training.loop import fit
+
+    spec = JobSpec.model_validate(seed_equivalent_spec(framework, epochs))
+    module = importlib.import_module(BACKENDS[framework].split(":")[0])
+    module.preload()  # the framework's import, as a warm child has it
+    load_splits(spec, DATA_DIR)  # decodes once into the cache, as the service's first job does
+    time.sleep(1.0)  # let the machine settle after imports before the clock starts
+    started = time.perf_counter()
+    splits = load_splits(spec, DATA_DIR)
+    backend = create_backend(spec, splits, Placement(gpus=[]))
+    state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
+    validate = splits.x_val is not None
+    callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate)))
+    fitted = fit(backend, state, callbacks, validate)
+    result = final_result(backend, splits, state, fitted.logs, 0.0)
+    return {"wall_s": time.perf_counter() - started, "accuracy": result["test_accuracy"]}
+
+
+def through_service(client: httpx.Client, spec: dict[str, Any]) -> dict[str, float]:
+    """Wall time of one job as the user sees it, and its parts from the job's record."""
+    response = client.post("/v1/jobs", json=spec)
+    returned = datetime.now(UTC)
+    response.raise_for_status()
+    job = wait_terminal(client, response.json()["id"], timeout=600)
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"overhead job ended {job['status']}: {job['error']}")
+    running = next(t for t in job["transitions"] if t["to_status"] == "running")
+    running_at = datetime.fromisoformat(running["at"])
+    wall = (datetime.fromisoformat(job["finished_at"]) - returned).total_seconds()
+    timings = job["result"]["timings"]
+    parts = {"queue_s": max((running_at - returned).total_seconds(), 0.0)}
+    parts |= {name: float(timings.get(name, 0.0)) for name in PARTS[1:]}
+    train_s = timings["fit_s"] - timings["checkpoint_s"] - timings.get("db_write_s", 0.0)
+    inside = parts["queue_s"] + sum(timings.get(k, 0.0) for k in ("startup_s", "data_s"))
+    inside += timings["build_s"] + timings["fit_s"] + timings["export_s"]
+    inside += timings["final_eval_s"]
+    parts |= {"train_and_eval_s": train_s + timings["final_eval_s"], "record_end_s": wall - inside}
+    return {"wall_s": wall, "accuracy": job["result"]["test_accuracy"], **parts}
+
+
+def measure(client: httpx.Client, framework: str, epochs: int, runs: int) -> dict[str, Any]:
+    """Alternating direct and service runs after one warm-up of each; medians of the runs."""
+    spec = seed_equivalent_spec(framework, epochs)
+    through_service(client, spec)  # warm-up: fills the data cache and the warm child pool
+    directs, services = [], []
+    for _ in range(runs):
+        directs.append(run_case("direct", framework, epochs, module=__name__))
+        services.append(through_service(client, spec))
+    direct_s = median(d["wall_s"] for d in directs)
+    service_s = median(s["wall_s"] for s in services)
+    parts = {name: median(s[name] for s in services) for name in services[0] if name != "wall_s"}
+    return {
+        "direct_s": direct_s,
+        "service_s": service_s,
+        "overhead_pct": 100
+        * median(
+            (s["wall_s"] - d["wall_s"]) / d["wall_s"]
+            for s, d in zip(services, directs, strict=True)
+        ),
+        "direct_accuracy": median(d["accuracy"] for d in directs),
+        "parts": parts,
+    }
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "direct":
+        import os
+
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        print("RESULT " + json.dumps(direct(sys.argv[2], int(sys.argv[3]))), flush=True)
