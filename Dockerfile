@@ -25,7 +25,7 @@ FROM base AS worker
 # CUDA 12.8 wheels of the same versions the CPU build pins; the host needs the NVIDIA driver and
 # the NVIDIA container toolkit (see DEPLOY notes in README).
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 \
- && pip install "tensorflow[and-cuda]==2.21.0" scikit-learn \
+ && pip install "tensorflow[and-cuda]==2.21.0" scikit-learn setproctitle \
  && pip install .
 USER epochal
 ENV EPOCHAL_HOME=/data TF_FORCE_GPU_ALLOW_GROWTH=true

@@ -22,6 +22,8 @@ import time
 import traceback
 from pathlib import Path
 
+from setproctitle import setproctitle
+
 from app.config import get_settings
 from app.joblog import log_path
 from app.logs import configure_logging
@@ -179,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     if args.standby:
         args.job_id, args.attempt, started = wait_for_assignment(args.standby)
+        # From now on `ps` shows what a cold child would show: the job id and attempt.
+        setproctitle(f"{sys.executable} -m worker.launch {args.job_id} --attempt {args.attempt}")
         write_output_to(log_path(settings.job_dir(args.job_id)))
     else:
         started = float(os.environ.pop(SPAWNED_ENV, time.time()))

@@ -7,15 +7,14 @@ database differently from single-device ones, and the suite's time is better spe
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.e2e.procs import alive, training_children
 from tests.helpers import Service, running_service, wait_for_status, wait_until
 
 pytestmark = [
@@ -46,21 +45,8 @@ def rows(client: httpx.Client, job_id: str) -> list[dict[str, Any]]:
     return list(client.get(f"/v1/jobs/{job_id}/metrics").json()["items"])
 
 
-def training_processes(job_id: str) -> list[int]:
-    """PIDs of this job's training child and ranks (`python -m worker.launch JOB ...`)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"worker.launch" in argv and job_id.encode() in argv:
-            pids.append(int(proc.name))
-    return pids
-
-
 def assert_no_training_processes_left(job_id: str) -> None:
-    wait_until(lambda: not training_processes(job_id), 30, f"job {job_id}'s processes to exit")
+    wait_until(lambda: not training_children(job_id), 30, f"job {job_id}'s processes to exit")
 
 
 def ended(client: httpx.Client, job_id: str, timeout: float = 240) -> dict[str, Any]:
@@ -111,7 +97,7 @@ def test_ddp_cancel_stops_both_ranks(client: httpx.Client) -> None:
     )
     wait_until(lambda: len(rows(client, job)) >= 1, 120, "the first epoch")
     ranks = wait_until(
-        lambda: len(training_processes(job)) >= 3 and training_processes(job), 10, "ranks"
+        lambda: len(training_children(job)) >= 3 and training_children(job), 10, "ranks"
     )
     assert len(ranks) == 3  # the launcher and two ranks
     cancelled_at = time.monotonic()
@@ -122,12 +108,4 @@ def test_ddp_cancel_stops_both_ranks(client: httpx.Client) -> None:
     assert (done["status"], done["stop_reason"]) == ("cancelled", "cancelled")
     epochs = [r["epoch"] for r in rows(client, job)]
     assert 1 <= len(epochs) < 200 and epochs == list(range(1, len(epochs) + 1))
-    assert not any(_alive(pid) for pid in ranks)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    assert not any(alive(pid) for pid in ranks)
