@@ -1,10 +1,12 @@
-"""`python -m benchmarks [--quick]`: every benchmark, baselines measured in the same run."""
+"""`python -m benchmarks [--quick] [--only training|service]`: every benchmark, baselines
+measured in the same run: training speed against the seeds, then the service's own costs."""
 
 from __future__ import annotations
 
 import argparse
 
 from benchmarks import machine
+from benchmarks.service import __main__ as service
 from benchmarks.training import suite
 
 
@@ -13,11 +15,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 epochs, 1 run: a smoke test")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", choices=["training", "service"], default=None)
     args = parser.parse_args()
     epochs, runs = (2, 1) if args.quick else (args.epochs, args.runs)
     print(f"machine: {machine.describe()}", flush=True)
-    rows = suite.run(epochs, runs)
-    suite.print_table(rows, epochs, runs)
+    if args.only in (None, "training"):
+        rows = suite.run(epochs, runs)
+        suite.print_table(rows, epochs, runs)
+    if args.only in (None, "service"):
+        report = service.run(args.quick)
+        print()
+        print(report.table(f"epochal service benchmarks ({machine.describe()})"))
 
 
 if __name__ == "__main__":

@@ -85,24 +85,31 @@ def bench_overhead(report: Report, quick: bool) -> None:
                         report.add(f"overhead_{part}_{framework}", seconds, "s", "median")
 
 
+STEPS = ("latency", "overhead", "polling", "growth")
+
+
+def run(quick: bool, only: str | None = None) -> Report:
+    """Every service benchmark (or one), BENCH lines as results arrive; the report."""
+    report = Report()
+    steps = {
+        "latency": lambda: bench_latency(report, 10 if quick else 50),
+        "overhead": lambda: bench_overhead(report, quick),
+        "polling": lambda: bench_polling(report, quick),
+        "growth": lambda: bench_growth(report, quick),
+    }
+    for name in STEPS:
+        if only in (None, name):
+            steps[name]()
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="benchmarks.service")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument(
-        "--only", choices=["latency", "polling", "growth", "overhead"], default=None
-    )
+    parser.add_argument("--only", choices=STEPS, default=None)
     args = parser.parse_args()
-    report = Report()
     print(f"machine: {machine()}", flush=True)
-    steps = {
-        "latency": lambda: bench_latency(report, 10 if args.quick else 50),
-        "polling": lambda: bench_polling(report, args.quick),
-        "growth": lambda: bench_growth(report, args.quick),
-        "overhead": lambda: bench_overhead(report, args.quick),
-    }
-    for name, step in steps.items():
-        if args.only in (None, name):
-            step()
+    report = run(args.quick, args.only)
     print()
     print(report.table(f"epochal service benchmarks ({machine()})"))
 
