@@ -44,9 +44,7 @@ def create_app() -> FastAPI:
     )
     app.add_middleware(RequestMetrics)
     # Every /v1 route needs a key, so a new route cannot forget it (P43).
-    v1 = APIRouter(
-        prefix="/v1", dependencies=[Depends(current_key)], responses=errors.V1_RESPONSES
-    )
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_key)], responses=errors.V1_RESPONSES)
     v1.include_router(jobs.router)
     v1.include_router(artifacts.router)
     v1.include_router(datasets.router)

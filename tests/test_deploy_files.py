@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_config(
-    file: str = "docker-compose.yml", env: dict[str, str] | None = None
+    file: str = "docker-compose.yml", env: dict[str, str] | None = None, profile: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     if shutil.which("docker-compose") is None:
         if os.environ.get("EPOCHAL_REQUIRE_COMPOSE"):
@@ -23,7 +23,13 @@ def run_config(
         pytest.skip("docker-compose is not installed")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("EPOCHAL_", "POSTGRES_"))}
     return subprocess.run(
-        ["docker-compose", "-f", str(ROOT / file), "config"],
+        [
+            "docker-compose",
+            "-f",
+            str(ROOT / file),
+            *(["--profile", profile] if profile else []),
+            "config",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -32,9 +38,9 @@ def run_config(
 
 
 def compose_config(
-    file: str = "docker-compose.yml", env: dict[str, str] | None = None
+    file: str = "docker-compose.yml", env: dict[str, str] | None = None, profile: str | None = None
 ) -> dict[str, Any]:
-    out = run_config(file, env)
+    out = run_config(file, env, profile)
     assert out.returncode == 0, out.stderr
     config: dict[str, Any] = yaml.safe_load(out.stdout)
     return config
@@ -110,3 +116,18 @@ def test_a_second_box_runs_only_workers_against_the_first_box() -> None:
         assert service["volumes"] == ["/mnt/epochal:/data:rw"]
     missing = run_config("docker-compose.worker.yml", {"EPOCHAL_DATA": "/mnt/epochal"})
     assert missing.returncode != 0 and "EPOCHAL_MAIN_HOST" in missing.stderr
+
+
+def test_the_flower_profile_watches_the_workers_broker_on_loopback() -> None:
+    """`docker compose --profile flower up -d` (DEPLOY.md): valid, and Flower reads the very
+    broker the workers use, password included, without publishing its port beyond the box."""
+    services = compose_config(env={"REDIS_PASSWORD": "s3cret"}, profile="flower")["services"]
+    flower = services["flower"]
+    assert flower["profiles"] == ["flower"] and "profiles" not in services["api"]
+    broker = services["worker"]["environment"]["EPOCHAL_BROKER_URL"]
+    assert broker == "redis://:s3cret@redis:6379/0"
+    assert (
+        flower["command"][:2] == ["celery", f"--broker={broker}"] and "flower" in flower["command"]
+    )
+    assert flower["ports"][0].startswith("127.0.0.1:5555:5555")
+    assert "redis" in flower["depends_on"] and flower["image"].startswith("mher/flower:")

@@ -71,6 +71,7 @@ def final_result(
         "stopped_epoch": state.epoch,
         "restored_best_weights": state.restored_best_weights,
         "parameters": backend.parameter_count(),
+        **backend.topology(),  # replicas and strategy: what really trained, not what was asked
         "training_seconds": round(seconds, 3),
     }
 

@@ -45,10 +45,19 @@ def describe_gpus(ids: list[str]) -> list[dict[str, Any]]:
         return devices
     rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
     for device in devices:
-        for index, uuid, name, memory in rows:
+        # Skip what is not a row of four (nvidia-smi prints errors about a bad GPU inline).
+        for index, uuid, name, memory in (row for row in rows if len(row) == 4):
             if device["id"] in (index, uuid):
-                device.update(name=name, memory_mb=int(float(memory)))
+                device.update(name=name, memory_mb=_megabytes(memory))
     return devices
+
+
+def _megabytes(text: str) -> int | None:
+    """nvidia-smi's memory.total, or None where it reports none ("[N/A]", "[Not Supported]")."""
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
 
 
 def queues_for(gpus: int) -> list[str]:

@@ -6,11 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import typer
 
 from app.cli_client import load_spec, new_lines
-from app.client import Client, default_api_key, parse_sse
+from app.client import ApiError, Client, default_api_key, parse_sse
 from tests.helpers import ROOT
 
 BLOCKER = """
@@ -108,3 +109,78 @@ def test_client_types_follow_the_api_schemas() -> None:
 
     assert [f.name for f in fields(MetricRow)] == list(ServerRow.model_fields)
     assert {f.name for f in fields(Job)} == set(JobPublic.model_fields)
+
+
+class PollOnlyServer:
+    """A server without the events route, as an httpx.MockTransport handler.
+
+    Mocked (this is a client unit test): the real API always has the route, so its absence
+    (an older server, a proxy refusing streams) can only be played. Each GET of the job
+    moves it on: queued, then running with one more epoch per poll, then succeeded.
+    """
+
+    def __init__(self, events_status: int) -> None:
+        self.events_status, self.job_gets, self.events_gets = events_status, 0, 0
+        self.since: list[int] = []
+
+    def state(self) -> tuple[str, list[str], int]:
+        """(status, transitions so far, epochs finished) at the current poll."""
+        if self.job_gets <= 1:
+            return "queued", ["queued"], 0
+        if self.job_gets <= 3:
+            return "running", ["queued", "running"], self.job_gets - 1
+        return "succeeded", ["queued", "running", "succeeded"], 3
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/v1/jobs/j1/events":
+            self.events_gets += 1
+            return httpx.Response(self.events_status, json={"title": "Not Found", "detail": "-"})
+        if path == "/v1/jobs/j1":
+            self.job_gets += 1
+            status, names, epochs = self.state()
+            moves = [{"from_status": a, "to_status": b, "reason": "r"}
+                     for a, b in zip([None, *names], names, strict=False)]  # fmt: skip
+            return httpx.Response(200, json={
+                "id": "j1", "name": "job", "framework": "pytorch", "status": status,
+                "attempt": 1, "epochs": 3, "current_epoch": epochs,
+                "created_at": "2025-01-01T00:00:00Z", "transitions": moves,
+            })  # fmt: skip
+        if path == "/v1/jobs/j1/metrics":
+            since = int(request.url.params["since_epoch"])
+            self.since.append(since)
+            rows = [
+                {"epoch": e, "train_loss": 1.0 / e} for e in range(since + 1, self.state()[2] + 1)
+            ]
+            return httpx.Response(200, json={"items": rows})
+        return httpx.Response(404, json={"title": "Not Found", "detail": path})
+
+
+@pytest.mark.parametrize("events_status", [404, 405])
+def test_follow_falls_back_to_polling_without_an_events_route(events_status: int) -> None:
+    server = PollOnlyServer(events_status)
+    with Client("http://epochal.test", "k", transport=httpx.MockTransport(server)) as client:
+        events = list(client.follow("j1", poll_interval=0))
+    labels = [(e.type, e.data.get("to_status", e.data.get("epoch"))) for e in events]
+    assert labels == [
+        ("transition", "queued"),
+        ("transition", "running"),
+        ("epoch", 1),
+        ("epoch", 2),
+        ("epoch", 3),
+        ("transition", "succeeded"),
+    ]
+    assert server.events_gets == 1  # asked once, then polled
+    assert server.since == [0, 1, 2]  # each poll asks only for rows after the last seen
+
+
+def test_follow_without_an_events_route_still_reports_a_missing_job_or_sse_only() -> None:
+    server = PollOnlyServer(404)
+    transport = httpx.MockTransport(server)
+    with Client("http://epochal.test", "k", transport=transport) as client:
+        with pytest.raises(ApiError) as missing:
+            list(client.follow("nope", poll_interval=0))
+        assert missing.value.status == 404 and server.job_gets == 0
+        with pytest.raises(ApiError) as refused:
+            list(client.follow("j1", mode="sse"))
+        assert refused.value.status == 404 and server.job_gets == 0

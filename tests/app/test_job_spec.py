@@ -140,3 +140,32 @@ def test_mode_auto_and_monitors_follow_the_task() -> None:
     )
     assert JobSpec.model_validate(regression).early_stopping is not None
     assert "is not recorded" in error_of(spec(early_stopping={"monitor": "val_mae"}))
+
+
+def test_openapi_documents_the_spec_with_an_example_defaults_and_descriptions() -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    response = TestClient(create_app()).get("/openapi.json")  # public: no key, no database
+    assert response.status_code == 200
+    document = response.json()
+    body = document["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/JobSpec"}
+    schemas = document["components"]["schemas"]
+    job_spec = schemas["JobSpec"]
+    assert job_spec["examples"] == [SPEC_EXAMPLE]
+    JobSpec.model_validate(job_spec["examples"][0])  # the documented example is accepted
+    assert job_spec["required"] == ["framework", "dataset"]
+    epochs = schemas["TrainingSpec"]["properties"]["epochs"]
+    assert (epochs["default"], epochs["minimum"], epochs["maximum"]) == (10, 1, 1000)
+    assert epochs["description"] == "passes over the training split"
+    specs = {name: schema for name, schema in schemas.items() if name.endswith("Spec")}
+    assert len(specs) >= 12 and all(schema.get("description") for schema in specs.values())
+    undocumented = [
+        f"{name}.{field}"
+        for name, schema in specs.items()
+        for field, prop in schema["properties"].items()
+        if not prop.get("description") and "const" not in prop  # discriminators: one value
+    ]
+    assert undocumented == []

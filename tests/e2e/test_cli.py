@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -60,6 +61,8 @@ def test_submit_follow_then_metrics_as_csv_and_plot(service: Service, tmp_path: 
     assert run.returncode == 0, run.stdout + run.stderr
     job_id = run.stdout.splitlines()[0].strip()
     assert "queued → running" in run.stdout and "3/3 epochs" in run.stdout
+    # the progress line: throughput of the latest epoch and the time left
+    assert re.search(r"ETA +\d+:\d\d:\d\d +[\d,]+ samples/s", run.stdout), run.stdout
     assert f"job {job_id} succeeded (completed)" in run.stdout
 
     table = epochal(service, "metrics", job_id, "--csv")

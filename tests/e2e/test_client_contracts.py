@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,21 +31,33 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 def epochal(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
     env |= {"EPOCHAL_URL": service.url, "EPOCHAL_API_KEY": service.api_key}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) -> None:
     digits = load_digits()
     npz = tmp_path / "my-digits.npz"
-    np.savez(npz, x=digits.images[:1500], y=digits.target[:1500],
-             x_test=digits.images[1500:], y_test=digits.target[1500:])
+    np.savez(
+        npz,
+        x=digits.images[:1500],
+        y=digits.target[:1500],
+        x_test=digits.images[1500:],
+        y_test=digits.target[1500:],
+    )
     with Client(service.url, service.api_key) as client:
         dataset = client.upload_dataset(npz, task="classification")
         assert (dataset.name, dataset.samples, dataset.classes) == ("my-digits", 1500, 10)
         assert dataset.id in [d.id for d in client.datasets()]
-        job = client.submit({"framework": "pytorch", "dataset": {"id": dataset.id},
-                             "training": {"epochs": 2}})
+        job = client.submit(
+            {"framework": "pytorch", "dataset": {"id": dataset.id}, "training": {"epochs": 2}}
+        )
         done = client.wait(job.id, timeout=120)
         assert done.status == "succeeded", done.error
         assert done.result is not None and "test_accuracy" in done.result
@@ -65,3 +78,44 @@ def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) ->
     download = epochal(service, "download", job.id, str(target))
     assert download.returncode == 0, download.stderr
     assert target.stat().st_size == model.stat().st_size
+
+
+def test_cli_uploads_a_csv_then_follows_a_finished_jobs_log(
+    service: Service, tmp_path: Path
+) -> None:
+    digits = load_digits()
+    table = tmp_path / "digits.csv"
+    header = ",".join([f"p{i}" for i in range(64)] + ["digit"])
+    labelled = np.column_stack([digits.data.astype(int), digits.target])
+    rows = [",".join(map(str, row)) for row in labelled]
+    table.write_text("\n".join([header, *rows]) + "\n")
+    upload = epochal(
+        service,
+        "datasets",
+        "upload",
+        str(table),
+        "--name",
+        "cli-digits",
+        "--label-column",
+        "digit",
+        "--task",
+        "classification",
+    )
+    assert upload.returncode == 0, upload.stderr
+    dataset_id = upload.stdout.strip()  # the id alone, to paste into a spec
+    with Client(service.url, service.api_key) as client:
+        stored = {d.id: d for d in client.datasets()}[dataset_id]
+        assert (stored.name, stored.samples, stored.classes) == ("cli-digits", 1797, 10)
+        assert stored.shape == [64]
+        job = client.submit(
+            {"framework": "pytorch", "dataset": {"id": dataset_id}, "training": {"epochs": 2}}
+        )
+        done = client.wait(job.id, timeout=120)
+        assert done.status == "succeeded", done.error
+    started = time.monotonic()
+    followed = epochal(service, "logs", job.id, "-f")  # the job has ended: this must return
+    assert followed.returncode == 0, followed.stderr
+    assert time.monotonic() - started < 30
+    lines = followed.stdout.splitlines()
+    assert any("attempt 1 ended: succeeded" in line for line in lines)
+    assert lines == epochal(service, "logs", job.id).stdout.splitlines()  # each line once

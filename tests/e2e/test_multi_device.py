@@ -69,6 +69,10 @@ def test_two_replicas_train_like_one(client: httpx.Client, framework: str) -> No
     assert done_two["status"] == "succeeded", done_two["error"]
     assert done_one["status"] == "succeeded", done_one["error"]
     assert [r["epoch"] for r in rows(client, two)] == list(range(1, 7))  # one row per epoch
+    # as the framework counted them: DDP's process group, MirroredStrategy's replicas in sync
+    strategy = "ddp" if framework == "pytorch" else "mirrored"
+    assert (done_two["result"]["replicas"], done_two["result"]["strategy"]) == (2, strategy)
+    assert (done_one["result"]["replicas"], done_one["result"]["strategy"]) == (1, "single")
     accuracy_two = done_two["result"]["val_accuracy"]
     assert accuracy_two >= 0.9
     assert abs(accuracy_two - done_one["result"]["val_accuracy"]) <= 0.02

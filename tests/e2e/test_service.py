@@ -56,6 +56,25 @@ def test_digits_job_trains_for_real(client: httpx.Client, framework: str) -> Non
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]
     statuses = [t["to_status"] for t in done["transitions"]]
     assert statuses == ["queued", "running", "succeeded"]
+    check_result(done["result"])
+
+
+TIMINGS = {"startup_s", "data_s", "build_s", "fit_s", "checkpoint_s", "db_write_s",
+           "final_eval_s", "export_s"}  # fmt: skip
+
+
+def check_result(result: dict[str, Any]) -> None:
+    """The succeeded job's result beyond its metrics: the model, the epochs, where time went."""
+    widths = [64, 128, 64, 10]  # digits are 8x8 images of 10 classes
+    assert result["parameters"] == sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+    assert result["evaluated_on"] == "val" and result["training_seconds"] > 0
+    assert result["stopped_epoch"] == 8 and 1 <= result["best_epoch"] <= 8
+    assert (result["replicas"], result["strategy"]) == (1, "single")
+    timings = result["timings"]
+    assert set(timings) == TIMINGS and all(v >= 0 for v in timings.values())
+    assert timings["fit_s"] > 0 and timings["db_write_s"] > 0 and timings["checkpoint_s"] > 0
+    assert timings["fit_s"] >= timings["checkpoint_s"] + timings["db_write_s"]
+    assert timings["fit_s"] == pytest.approx(result["training_seconds"], abs=2e-3)
 
 
 def keras_stop_epoch(values: list[float], patience: int, min_delta: float) -> int:

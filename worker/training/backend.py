@@ -56,6 +56,10 @@ class Backend(Protocol):
     def set_weights(self, weights: list[np.ndarray]) -> None: ...
     def l2_penalty(self) -> float: ...
     def parameter_count(self) -> int: ...
+    def topology(self) -> dict[str, int | str]:
+        """`replicas` training in sync, as the framework counts them, and the `strategy`
+        (single, ddp or mirrored) that keeps them in sync: the job's result reports both."""
+
     def save_checkpoint(self, directory: Path) -> None:
         """Model, optimizer and RNG state: enough for a fresh process to continue exactly."""
 

@@ -43,6 +43,9 @@ class ScriptedBackend:
     def parameter_count(self) -> int:
         return 0
 
+    def topology(self) -> dict[str, int | str]:
+        return {"replicas": 2, "strategy": "ddp"}
+
     def save_checkpoint(self, directory: Path) -> None: ...
     def load_checkpoint(self, directory: Path) -> None: ...
     def export_model(self, directory: Path) -> Path:

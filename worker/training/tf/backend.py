@@ -220,6 +220,10 @@ class TFBackend:
     def parameter_count(self) -> int:
         return int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
 
+    def topology(self) -> dict[str, int | str]:
+        mirrored = isinstance(self.strategy, tf.distribute.MirroredStrategy)
+        return {"replicas": self.replicas, "strategy": "mirrored" if mirrored else "single"}
+
     def _extra_state(self) -> list[tf.Variable]:
         """Optimizer slots and the dropout seed generators (in model.variables, not weights)."""
         weights = {id(w) for w in self.model.weights}

@@ -229,6 +229,11 @@ class TorchBackend:
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
+    def topology(self) -> dict[str, int | str]:
+        ddp = isinstance(self.net, nn.parallel.DistributedDataParallel)
+        replicas = distributed.world_size(self.placement)
+        return {"replicas": replicas, "strategy": "ddp" if ddp else "single"}
+
     def save_checkpoint(self, directory: Path) -> None:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         torch.save(state, directory / "torch.pt")

@@ -42,6 +42,13 @@ def wrap(model: nn.Module, placement: Placement) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
+def world_size(placement: Placement) -> int:
+    """Ranks in the job's process group, as torch.distributed counts them (1 without one)."""
+    if placement.replicas == 1 or not dist.is_initialized():
+        return 1
+    return int(dist.get_world_size())
+
+
 def max_all(value: int, placement: Placement) -> int:
     """The largest value over ranks, on every rank (all_reduce MAX), Lightning-style."""
     if placement.replicas == 1:
