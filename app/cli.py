@@ -156,6 +156,7 @@ def ensure_admin_key() -> str:
         _, plaintext = create_key(session, "local-admin", is_admin=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # the mode above applies only when the file is new
     with os.fdopen(fd, "w") as f:
         f.write(plaintext + "\n")
     return plaintext

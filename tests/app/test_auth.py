@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import re
+import stat
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,16 +31,40 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-@pytest.mark.parametrize(
-    ("method", "path"),
-    [
-        ("get", "/v1/jobs"),
-        ("post", "/v1/jobs"),
-        ("get", "/v1/jobs/x"),
-        ("get", "/v1/jobs/x/metrics"),
-        ("post", "/v1/jobs/x/cancel"),
-    ],
-)
+DUMMY_ID = "00000000-0000-4000-8000-000000000000"
+
+
+def v1_routes() -> list[tuple[str, str]]:
+    """(method, path) of every /v1 route the app serves, path parameters filled with a UUID."""
+    from app.main import create_app
+
+    routes: Sequence[Any] = create_app().routes
+    try:  # FastAPI >= 0.16x includes routers lazily; flatten them as the app does
+        from fastapi.routing import iter_route_contexts
+
+        routes = list(iter_route_contexts(routes))
+    except ImportError:
+        pass
+    found = set()
+    for route in routes:
+        path = getattr(route, "path", None) or ""
+        for method in getattr(route, "methods", None) or ():
+            if path.startswith("/v1"):
+                found.add((method.lower(), re.sub(r"\{[^}]+\}", DUMMY_ID, path)))
+    return sorted(found)
+
+
+V1_ROUTES = v1_routes()
+
+
+def test_the_route_list_is_complete() -> None:
+    """The list below is read from the app; if reading it broke, this fails instead of 0 tests."""
+    assert len(V1_ROUTES) >= 14
+    assert {("post", "/v1/jobs"), ("delete", f"/v1/datasets/{DUMMY_ID}")} <= set(V1_ROUTES)
+    assert ("get", f"/v1/jobs/{DUMMY_ID}/events") in V1_ROUTES
+
+
+@pytest.mark.parametrize(("method", "path"), V1_ROUTES)
 def test_no_or_wrong_key_is_401(app_client: TestClient, method: str, path: str) -> None:
     for headers in (
         {},
@@ -44,9 +72,10 @@ def test_no_or_wrong_key_is_401(app_client: TestClient, method: str, path: str) 
         auth("garbage"),
         {"Authorization": "Basic eA=="},
     ):
-        response = app_client.request(method, path, headers=headers, json=BODY)
-        assert response.status_code == 401, (headers, response.text)
-        assert response.headers["www-authenticate"] == "Bearer"
+        for body in (None, BODY):  # no body must not turn into a 422 before the key is checked
+            response = app_client.request(method, path, headers=headers, json=body)
+            assert response.status_code == 401, (headers, body, response.text)
+            assert response.headers["www-authenticate"] == "Bearer"
 
 
 def test_health_needs_no_key(app_client: TestClient) -> None:
@@ -71,7 +100,7 @@ def test_keys_see_only_their_own_jobs_and_admin_sees_all(app_client: TestClient)
 def test_revoked_key_is_401_and_only_a_hash_is_stored(app_client: TestClient) -> None:
     key = make_key("temp")
     assert app_client.get("/v1/jobs", headers=auth(key)).status_code == 200
-    key_id, secret = key.split("_")[1], key.split("_")[2]
+    _, key_id, secret = key.split("_", 2)  # the secret itself may contain "_"
     with session_scope() as session:
         row = session.get(ApiKey, key_id)
         assert row is not None and secret not in row.secret_hash and len(row.secret_hash) == 64
@@ -108,3 +137,34 @@ def test_per_key_quota(app_client: TestClient, monkeypatch: pytest.MonkeyPatch) 
     first = app_client.get("/v1/jobs", headers=auth(key)).json()["items"][0]["id"]
     app_client.post(f"/v1/jobs/{first}/cancel", headers=auth(key))
     assert app_client.post("/v1/jobs", json=BODY, headers=auth(key)).status_code == 201
+
+
+def key_file_mode() -> int:
+    from app.config import get_settings
+
+    return stat.S_IMODE(get_settings().resolved_api_key_file.stat().st_mode)
+
+
+def test_admin_key_bootstrap_reuses_a_live_key_and_replaces_a_revoked_one(
+    db_env: dict[str, str],
+) -> None:
+    from app.cli import ensure_admin_key
+    from app.config import get_settings
+
+    first = ensure_admin_key()
+    assert ensure_admin_key() == first  # a second `epochal up` keeps the key
+    path = get_settings().resolved_api_key_file
+    assert path.read_text().strip() == first and key_file_mode() == 0o600
+    with session_scope() as session:
+        row = verify(session, first)
+        assert row is not None and row.is_admin
+        assert revoke(session, row.id)
+    # A revoked (say, leaked) key is not handed out again: the next `up` writes a new one.
+    os.chmod(path, 0o644)  # e.g. a file a deploy tool created before the first `up`
+    second = ensure_admin_key()
+    assert second != first and path.read_text().strip() == second
+    assert key_file_mode() == 0o600
+    with session_scope() as session:
+        row = verify(session, second)
+        assert row is not None and row.is_admin
+        assert verify(session, first) is None

@@ -88,6 +88,8 @@ def test_round_trips_through_json() -> None:
         ({"model__hidden_units": [8] * 17}, "at most 16 items"),
         ({"model__dropout": 1.0}, "less than or equal to 0.9"),
         ({"dataset__validation_split": 0.9}, "less than or equal to 0.5"),
+        ({"dataset__limit": 10_000_001}, "less than or equal to 10000000"),
+        ({"dataset__limit": 9}, "greater than or equal to 10"),
         ({"regularization__l2": -1}, "greater than or equal to 0"),
         ({"early_stopping": {"patience": -1}}, "greater than or equal to 0"),
         ({"tags": {f"k{i}": "v" for i in range(33)}}, "at most 32 items"),

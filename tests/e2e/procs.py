@@ -18,6 +18,10 @@ def alive(pid: int) -> bool:
     return bool(stat) and stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def cmdline(pid: int) -> str:
+    return _read(Path(f"/proc/{pid}/cmdline"))
+
+
 def parent_of(pid: int) -> int:
     return int(_read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[1].split()[1])
 

@@ -105,8 +105,15 @@ def test_broker_down_at_submit_and_restarted_empty_loses_nothing(
         assert response.status_code == 201 and response.json()["status"] == "queued"
         first = response.json()["id"]
         assert not dispatched(env, first)  # nothing was sent, and the row says so
+        ready = client.get("/readyz")  # a load balancer sees which dependency is missing
+        assert ready.status_code == 503
+        assert ready.json() == {"status": "unavailable", "database": "ok", "broker": "unreachable"}
         broker.start()
-        wait_until(lambda: dispatched(env, first), 30, "the reconciler to publish the job")
+        assert client.get("/readyz").json() == {"status": "ok", "database": "ok", "broker": "ok"}
+        # The message itself, not dispatched_at: a send that started while the broker was down
+        # stamps the row first and clears the stamp when it fails.
+        wait_until(lambda: broker.messages("gpus-0") == 1, 30, "the reconciler to publish")
+        assert dispatched(env, first)
         second = client.post("/v1/jobs", json=JOB).json()["id"]
         assert broker.messages("gpus-0") == 2
 

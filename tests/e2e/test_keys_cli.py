@@ -1,0 +1,70 @@
+"""`epochal keys create|list|revoke` as an operator runs them (real processes, real database),
+seen from the real app: a revoked key gets 401 at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def keys(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def create(env: dict[str, str], *args: str) -> tuple[str, str]:
+    """(key id, plaintext) of a new key; the plaintext is the last word printed."""
+    run = keys(env, "create", *args)
+    assert run.returncode == 0, run.stderr
+    plaintext = run.stdout.split()[-1]
+    key_id = plaintext.split("_")[1]
+    assert f"created key {key_id}" in run.stdout
+    return key_id, plaintext
+
+
+@pytest.fixture
+def api(db_env: dict[str, str]) -> Iterator[TestClient]:
+    from app.main import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        yield client
+
+
+def status(api: TestClient, key: str) -> int:
+    return api.get("/v1/jobs", headers={"Authorization": f"Bearer {key}"}).status_code
+
+
+def test_create_list_revoke(db_env: dict[str, str], api: TestClient) -> None:
+    alice_id, alice = create(db_env, "alice")
+    ops_id, ops = create(db_env, "ops", "--admin")
+    assert status(api, alice) == 200 and status(api, ops) == 200
+
+    listed = keys(db_env, "list").stdout
+    lines = {line.split()[0]: line.split() for line in listed.splitlines()}
+    assert lines[alice_id][1:4] == ["alice", "user", "active"]
+    assert lines[ops_id][1:4] == ["ops", "admin", "active"]
+    for plaintext in (alice, ops):  # neither the key nor its secret part is ever shown again
+        assert plaintext.split("_", 2)[2] not in listed
+
+    revoked = keys(db_env, "revoke", alice_id)
+    assert revoked.returncode == 0 and f"revoked {alice_id}" in revoked.stdout
+    assert status(api, alice) == 401 and status(api, ops) == 200
+    assert keys(db_env, "list").stdout.split(alice_id)[1].split()[2] == "revoked"
+    again = keys(db_env, "revoke", alice_id)
+    assert again.returncode == 1 and f"no active key {alice_id}" in again.stderr
