@@ -9,6 +9,7 @@ on the upgrade (reference/reliability.md P40).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,16 +21,26 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 
+# Connections per process; API requests may hold DB_SLOTS of them at once (app.api.deps), the
+# rest are for the process's own background work (event poller, reaper, /metrics scrape).
+POOL_SIZE, POOL_OVERFLOW = 10, 20
+DB_SLOTS = POOL_SIZE + POOL_OVERFLOW - 5
+
 _engines: dict[tuple[int, str], Engine] = {}
+_factories: dict[Engine, sessionmaker[Session]] = {}
+_engines_lock = threading.Lock()
 
 
 def make_engine(url: str) -> Engine:
     """An engine tuned for the backend behind the URL."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        sqlite_args = {"timeout": 30, "check_same_thread": False}
+        engine = create_engine(
+            url, connect_args=sqlite_args, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW
+        )
         _configure_sqlite(engine)
         return engine
-    engine = create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
+    engine = create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_recycle=1800)
     _ping_when_idle(engine)
     return engine
 
@@ -80,13 +91,28 @@ def get_engine() -> Engine:
     """The engine of this process (a forked child gets its own, P39)."""
     url = get_settings().sqlalchemy_url
     key = (os.getpid(), url)
-    if key not in _engines:
-        _engines[key] = make_engine(url)
-    return _engines[key]
+    engine = _engines.get(key)
+    if engine is None:
+        # The API's first burst of requests arrives on many threads at once: without the
+        # lock each made an engine (and a pool) of its own, and 200 SSE clients used up
+        # PostgreSQL's 100 connections.
+        with _engines_lock:
+            engine = _engines.get(key)
+            if engine is None:
+                engine = _engines[key] = make_engine(url)
+    return engine
 
 
 def session_factory() -> sessionmaker[Session]:
-    return sessionmaker(bind=get_engine(), expire_on_commit=False)
+    """The sessionmaker of this process's engine, made once: building one defines a Session
+    subclass and its event dispatch, ~0.5 ms that a request should not pay."""
+    engine = get_engine()
+    factory = _factories.get(engine)
+    if factory is None:
+        with _engines_lock:
+            made = sessionmaker(bind=engine, expire_on_commit=False)
+            factory = _factories.setdefault(engine, made)
+    return factory
 
 
 @contextmanager
@@ -103,6 +129,7 @@ def session_scope() -> Iterator[Session]:
 
 def reset_engines() -> None:
     """Forget cached engines (tests switch databases; forked processes start afresh)."""
-    for engine in _engines.values():
+    for engine in list(_engines.values()):
         engine.dispose(close=False)
     _engines.clear()
+    _factories.clear()

@@ -112,7 +112,7 @@ def train(
     try:
         outcome = run_attempt(spec, workdir, backend, splits, state, record, timings)
     finally:
-        backend.close()
+        backend.close(exiting=True)  # this process ends with the attempt (worker.launch)
     if backend.is_main and outcome.result:
         outcome.result["timings"]["db_write_s"] = round(rows.seconds, 4)
     return outcome

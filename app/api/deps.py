@@ -2,24 +2,66 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from app import crud
-from app.db import session_factory
+from app.db import DB_SLOTS, session_factory
 from app.models import ApiKey, Job
 from app.security import verify
 
 bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 
 
-def get_db() -> Iterator[Session]:
-    with session_factory()() as session:
+async def get_db() -> AsyncIterator[Session]:
+    """A session per request, holding one of this process's DB slots until it is released.
+
+    Sync dependencies run on a thread pool and a session keeps its connection between them,
+    so without the slots a burst of requests larger than pool + threads deadlocks: every
+    connection held by a request waiting for a thread, every thread waiting for a connection
+    (seen with 200 SSE clients: 30 s pool timeouts, nothing served). With at most
+    `DB_SLOTS` sessions in flight, a request that has a slot always gets a connection.
+    """
+    slots = _slots()
+    await slots.acquire()
+    session = session_factory()()  # connects on first use, in a dependency's thread
+    session.info[_SLOT] = slots.release
+    try:
         yield session
+    finally:
+        await release_db(session)
+
+
+async def release_db(session: Session) -> None:
+    """Close the session and give its slot back (a long stream does it before streaming)."""
+    release_slot = session.info.pop(_SLOT, None)
+    if release_slot is None:
+        return
+    try:
+        await run_in_threadpool(session.close)  # a rollback: I/O, so not on the event loop
+    finally:
+        release_slot()
+
+
+_SLOT = "epochal.db_slot"
+_slots_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _slots() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    slots = _slots_by_loop.get(loop)
+    if slots is None:
+        slots = _slots_by_loop[loop] = asyncio.Semaphore(DB_SLOTS)
+    return slots
 
 
 SessionDep = Annotated[Session, Depends(get_db)]

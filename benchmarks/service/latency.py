@@ -20,13 +20,15 @@ TINY = {
 }
 
 
-def wait_terminal(client: httpx.Client, job_id: str, timeout: float = 120) -> dict:  # type: ignore[type-arg]
+def wait_terminal(
+    client: httpx.Client, job_id: str, timeout: float = 120, interval: float = 0.05
+) -> dict:  # type: ignore[type-arg]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = client.get(f"/v1/jobs/{job_id}").json()
         if job["status"] in ("succeeded", "failed", "cancelled"):
             return job  # type: ignore[no-any-return]
-        time.sleep(0.05)
+        time.sleep(interval)
     raise TimeoutError(f"job {job_id} did not finish")
 
 

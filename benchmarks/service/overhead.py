@@ -61,7 +61,9 @@ def through_service(client: httpx.Client, spec: dict[str, Any]) -> dict[str, flo
     response = client.post("/v1/jobs", json=spec)
     returned = datetime.now(UTC)
     response.raise_for_status()
-    job = wait_terminal(client, response.json()["id"], timeout=600)
+    # Wall time comes from the job's own timestamps, so a slow poll costs no accuracy, and a
+    # fast one would take CPU from the training it measures (2 cores here).
+    job = wait_terminal(client, response.json()["id"], timeout=600, interval=1.0)
     if job["status"] != "succeeded":
         raise RuntimeError(f"overhead job ended {job['status']}: {job['error']}")
     running = next(t for t in job["transitions"] if t["to_status"] == "running")
@@ -79,24 +81,28 @@ def through_service(client: httpx.Client, spec: dict[str, Any]) -> dict[str, flo
 
 
 def measure(client: httpx.Client, framework: str, epochs: int, runs: int) -> dict[str, Any]:
-    """Alternating direct and service runs after one warm-up of each; medians of the runs."""
+    """Alternating direct and service runs after one warm-up of each.
+
+    On a shared 2-core VM a run's wall time varies by tens of percent and noise only ever adds
+    time, so the headline compares the fastest run of each side; the median of per-run ratios
+    is reported beside it.
+    """
     spec = seed_equivalent_spec(framework, epochs)
     through_service(client, spec)  # warm-up: fills the data cache and the warm child pool
     directs, services = [], []
     for _ in range(runs):
         directs.append(run_case("direct", framework, epochs, module=__name__))
         services.append(through_service(client, spec))
-    direct_s = median(d["wall_s"] for d in directs)
-    service_s = median(s["wall_s"] for s in services)
+    direct_s = min(d["wall_s"] for d in directs)
+    service_s = min(s["wall_s"] for s in services)
+    pairs = zip(services, directs, strict=True)
     parts = {name: median(s[name] for s in services) for name in services[0] if name != "wall_s"}
     return {
         "direct_s": direct_s,
         "service_s": service_s,
-        "overhead_pct": 100
-        * median(
-            (s["wall_s"] - d["wall_s"]) / d["wall_s"]
-            for s, d in zip(services, directs, strict=True)
-        ),
+        "overhead_pct": 100 * (service_s - direct_s) / direct_s,
+        "overhead_median_pct": 100
+        * median((s["wall_s"] - d["wall_s"]) / d["wall_s"] for s, d in pairs),
         "direct_accuracy": median(d["accuracy"] for d in directs),
         "parts": parts,
     }

@@ -72,6 +72,7 @@ def run_polling(
         metrics = metric_paths(finished, epochs)
         load(service, metrics[:50], 10, 0, 2)  # warm caches and connections
         results["metrics_poll"] = load(service, metrics, clients, 1.0, seconds)
+        results["metrics_poll_half"] = load(service, metrics, clients // 2, 1.0, seconds)
         results["metrics_saturation"] = load(service, metrics, 32, 0, seconds / 2)
         results["running_list_poll"] = load(
             service, ["/v1/jobs?status=running&limit=50"], clients, 1.0, seconds

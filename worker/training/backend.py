@@ -71,7 +71,8 @@ class Backend(Protocol):
     def agree(self, value: int) -> int:
         """The largest value any rank holds, on every rank (so no rank decides alone)."""
 
-    def close(self) -> None: ...
+    def close(self, exiting: bool = False) -> None:
+        """Leave the process group; free the framework's state unless the process ends now."""
 
 
 BACKENDS = {

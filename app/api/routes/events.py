@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, HTTPException
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from app.api.deps import JobDep, SessionDep
+from app.api.deps import JobDep, SessionDep, release_db
 from app.config import get_settings
 from app.events import Cursor, get_hub
 
@@ -37,9 +37,9 @@ async def read_events(
 ) -> AsyncIterator[ServerSentEvent]:
     """Stream status transitions and finished epochs; ends after the terminal transition."""
     job_id = job.id
-    # The request's session would stay open for the whole stream; on SQLite an open
-    # transaction holds the write lock, so give it back before streaming.
-    session.close()
+    # The request's session (and its DB slot) would be held for the whole stream; on SQLite an
+    # open transaction holds the write lock. Give both back before streaming.
+    await release_db(session)
     hub = get_hub(get_settings().events_poll_seconds)
     async for event in hub.stream(job_id, after):
         yield ServerSentEvent(event=event.kind, id=event.id, data=event.data)

@@ -51,7 +51,7 @@ class ScriptedBackend:
     def export_model(self, directory: Path) -> Path:
         return directory
 
-    def close(self) -> None: ...
+    def close(self, exiting: bool = False) -> None: ...
 
 
 def test_a_stop_asked_by_another_rank_stops_this_one_with_its_reason() -> None:

@@ -251,8 +251,8 @@ class TorchBackend:
     def agree(self, value: int) -> int:
         return distributed.max_all(value, self.placement)
 
-    def close(self) -> None:
-        distributed.shutdown(self.placement)
+    def close(self, exiting: bool = False) -> None:
+        distributed.shutdown(self.placement)  # ranks leave together, exiting or not
 
 
 def preload() -> None:
