@@ -49,6 +49,7 @@ def bench_polling(report: Report, quick: bool) -> None:
     with bench_env("postgres") as env:
         stream = sse.run_sse(env, jobs=20, per_job=10, seconds=5 if quick else 15)
     setup = f"{stream['subscribers']} subscribers on 20 running jobs, 1 epoch/job/0.5 s"
+    setup += f", {stream['errors']} errors {stream['first_error']}".rstrip()
     report.add("sse_events_per_s", stream["events_per_s"], "events/s", setup)
     report.add("sse_lag_p50_ms", stream["lag_p50_ms"], "ms", "row commit to client")
     report.add("sse_lag_p99_ms", stream["lag_p99_ms"], "ms", "poll interval 0.5 s")
