@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from app import crud
+from app import epoch_rows
 from app.db import session_scope
 from worker.training.callbacks import Callback, Logs, TrainState
 
@@ -37,7 +37,9 @@ class DbMetricRecorder(Callback):
         best = (state.best_epoch, state.best_value) if state.best_epoch else None
         started = time.perf_counter()
         with session_scope() as session:
-            owned = crud.record_epoch(session, self.job_id, self.attempt, state.epoch, row, best)
+            owned = epoch_rows.record_epoch(
+                session, self.job_id, self.attempt, state.epoch, row, best
+            )
         self.seconds += time.perf_counter() - started
         if not owned:
             raise LostOwnership(
@@ -48,4 +50,4 @@ class DbMetricRecorder(Callback):
 def forget_epochs_after(job_id: str, epoch: int) -> int:
     """A resumed attempt redoes epochs after its checkpoint: their old rows go (P35)."""
     with session_scope() as session:
-        return crud.drop_metrics_after(session, job_id, epoch)
+        return epoch_rows.drop_metrics_after(session, job_id, epoch)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app import crud
+from app import crud, epoch_rows
 from app.db import session_scope
 
 
@@ -110,7 +110,7 @@ def test_metrics_endpoint_serves_rows_since_epoch(client: TestClient) -> None:
         crud.claim_job(session, job_id, "w", 30)
     with session_scope() as session:
         for epoch in (1, 2, 3):
-            crud.record_epoch(
+            epoch_rows.record_epoch(
                 session, job_id, 1, epoch, {"train_loss": 1.0 / epoch, "val_loss": float("nan")}
             )
     body = client.get(f"/v1/jobs/{job_id}/metrics", params={"since_epoch": 1}).json()

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from app import crud
+from app import crud, epoch_rows
 from app.db import session_scope
 from app.maintenance import reap_lost_workers
 from app.models import Job, JobStatus, utcnow
@@ -95,20 +95,24 @@ def test_metrics_upsert_replaces_and_nulls_non_finite(db_env: dict[str, str]) ->
     job_id = new_job()
     claim(job_id)
     with session_scope() as session:
-        assert crud.record_epoch(session, job_id, 1, 1, {"train_loss": 2.0, "val_loss": math.nan})
-        assert crud.record_epoch(session, job_id, 1, 2, {"train_loss": math.inf})
-        assert crud.record_epoch(
+        assert epoch_rows.record_epoch(
+            session, job_id, 1, 1, {"train_loss": 2.0, "val_loss": math.nan}
+        )
+        assert epoch_rows.record_epoch(session, job_id, 1, 2, {"train_loss": math.inf})
+        assert epoch_rows.record_epoch(
             session, job_id, 1, 1, {"train_loss": 1.5, "val_loss": 1.0}, best=(1, 1.0)
         )
-        assert not crud.record_epoch(session, job_id, 7, 3, {"train_loss": 1.0})  # not our attempt
+        assert not epoch_rows.record_epoch(
+            session, job_id, 7, 3, {"train_loss": 1.0}
+        )  # not our attempt
     with session_scope() as session:
-        rows = crud.read_metrics(session, job_id)
+        rows = epoch_rows.read_metrics(session, job_id)
         assert [(r.epoch, r.train_loss, r.val_loss) for r in rows] == [
             (1, 1.5, 1.0),
             (2, None, None),
         ]
-        assert [r.epoch for r in crud.read_metrics(session, job_id, since_epoch=1)] == [2]
-        assert crud.drop_metrics_after(session, job_id, 1) == 1
+        assert [r.epoch for r in epoch_rows.read_metrics(session, job_id, since_epoch=1)] == [2]
+        assert epoch_rows.drop_metrics_after(session, job_id, 1) == 1
     assert status_of(job_id).best_epoch == 1 and status_of(job_id).current_epoch == 1
 
 

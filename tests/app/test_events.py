@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app import crud
+from app import crud, epoch_rows
 from app.db import session_scope
 from app.events import Cursor, Event, EventHub, read_new_events
 from app.models import JobStatus
@@ -30,7 +30,7 @@ def claim(job_id: str) -> int:
 
 def epoch(job_id: str, attempt: int, number: int, loss: float) -> None:
     with session_scope() as session:
-        assert crud.record_epoch(session, job_id, attempt, number, {"train_loss": loss})
+        assert epoch_rows.record_epoch(session, job_id, attempt, number, {"train_loss": loss})
 
 
 def finish(job_id: str, attempt: int) -> None:
@@ -47,7 +47,7 @@ def requeue(job_id: str, keep_epochs: int) -> int:
         assert job is not None and crud.requeue(session, job, "worker lost")
     attempt = claim(job_id)
     with session_scope() as session:
-        crud.drop_metrics_after(session, job_id, keep_epochs)
+        epoch_rows.drop_metrics_after(session, job_id, keep_epochs)
     return attempt
 
 

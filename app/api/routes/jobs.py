@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from sqlalchemy.exc import IntegrityError
 
-from app import crud
+from app import crud, epoch_rows
 from app.api.deps import CurrentKey, JobDep, SessionDep, owner_filter
 from app.api.routes.datasets import check_job_dataset
 from app.config import get_settings
@@ -138,7 +138,7 @@ def read_metrics(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> MetricsPublic:
     """Per-epoch metrics after `since_epoch` (cheap to poll)."""
-    rows = crud.read_metrics(session, job.id, since_epoch, limit)
+    rows = epoch_rows.read_metrics(session, job.id, since_epoch, limit)
     return MetricsPublic(job_id=job.id, items=[MetricRow.model_validate(r) for r in rows])
 
 
