@@ -6,7 +6,6 @@ not go green without having talked to them.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    PG_ADMIN,
+    REDIS,
     clear_caches,
     configure,
     create_pg_database,
@@ -23,11 +24,6 @@ from tests.helpers import (
     migrate_in_subprocess,
     pick_redis_db,
 )
-
-PG_ADMIN = os.environ.get(
-    "EPOCHAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
 
 
 @pytest.fixture(autouse=True)

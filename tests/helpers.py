@@ -24,6 +24,11 @@ from app.db import reset_engines
 from app.queue import producer
 
 ROOT = Path(__file__).resolve().parent.parent
+# The real services the tests and benchmarks use, each run in a database / DB number of its own.
+PG_ADMIN = os.environ.get(
+    "EPOCHAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
 
 
 def configure(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:

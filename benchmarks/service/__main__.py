@@ -91,8 +91,7 @@ def bench_overhead(report: Report, quick: bool) -> None:
                 report.add(f"direct_wall_s_{framework}", result["direct_s"], "s", "in-process")
                 report.add(f"service_wall_s_{framework}", result["service_s"], "s", "POST to end")
                 for part, seconds in result["parts"].items():
-                    if part != "accuracy":
-                        report.add(f"overhead_{part}_{framework}", seconds, "s", "median")
+                    report.add(f"overhead_{part}_{framework}", seconds, "s", "median")
 
 
 STEPS = ("latency", "overhead", "polling", "growth")

@@ -3,7 +3,6 @@ number (or a temporary embedded home), the API as in production, and a worker. L
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import tempfile
@@ -16,6 +15,8 @@ from sqlalchemy.engine import Engine
 
 from app.db import make_engine
 from tests.helpers import (
+    PG_ADMIN,
+    REDIS,
     Service,
     create_pg_database,
     drop_pg_database,
@@ -24,10 +25,6 @@ from tests.helpers import (
     pick_redis_db,
 )
 
-PG_ADMIN = os.environ.get(
-    "EPOCHAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
 FAST = {
     "EPOCHAL_HEARTBEAT_SECONDS": "1",
     "EPOCHAL_MAINTENANCE_SECONDS": "2",
