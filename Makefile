@@ -12,11 +12,13 @@ PYTEST_ARGS ?=
 
 install: $(STAMP) data
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	# torch==2.13.0 resolves to the CPU wheel on this machine's disk; see README for GPU boxes.
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[worker,dev]"
+	# Both distributions, editable: the client (epochal_client, the `epochal` command) and the
+	# server (app, worker, migrations). torch==2.13.0 resolves to the CPU wheel on this
+	# machine's disk; see README for GPU boxes.
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e "./client[cli,plot]" -e ".[worker,dev]"
 	touch $(STAMP)
 
 # Debian packages, best effort (needs apt and root): dataset-fashion-mnist puts the IDX files
@@ -38,7 +40,7 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check app worker tests benchmarks
+	$(BIN)/ruff check app worker client migrations tools tests benchmarks
 	$(BIN)/lint-imports
 
 bench: install

@@ -1,4 +1,5 @@
-"""The `epochal` command: server commands (migrate, api, worker, up); client ones in cli_client."""
+"""The server verbs of `epochal` (migrate, api, worker, up, keys); the client distribution
+holds the rest and finds these through the `epochal.commands` entry point (`register`)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,21 @@ from typing import Annotated
 
 import typer
 
-from app.cli_client import register_client_commands
-from app.config import get_settings
+from app.core.config import get_settings
 
 cli = typer.Typer(help="epochal: a REST training-job service.", no_args_is_help=True)
 keys = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 cli.add_typer(keys, name="keys")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def alembic_config():  # type: ignore[no-untyped-def]
+    """Alembic's settings without alembic.ini: the scripts ship inside the package."""
     from alembic.config import Config
 
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
     return config
 
 
@@ -55,8 +57,8 @@ def api(
     """Serve the HTTP API with uvicorn."""
     import uvicorn
 
-    from app.logs import uvicorn_log_config
-    from app.telemetry import enable_multiprocess
+    from app.core.log_setup import uvicorn_log_config
+    from app.observability.telemetry import enable_multiprocess
 
     settings = get_settings()
     enable_multiprocess(workers)
@@ -67,7 +69,7 @@ def api(
         workers=workers,
         log_level="info",
         log_config=uvicorn_log_config(),
-        access_log=False,  # app.telemetry logs each request, with the job id it concerns
+        access_log=False,  # telemetry logs each request, with the job id it concerns
         proxy_headers=False,
     )
 
@@ -107,8 +109,8 @@ def keys_create(
     admin: Annotated[bool, typer.Option("--admin", help="sees and cancels every job")] = False,
 ) -> None:
     """Create a key; its plaintext is the last word of the output (shown only once)."""
-    from app.db import session_scope
-    from app.security import create_key
+    from app.core.db import session_scope
+    from app.domain.keys import create_key
 
     with session_scope() as session:
         row, plaintext = create_key(session, name, is_admin=admin)
@@ -119,8 +121,8 @@ def keys_create(
 @keys.command("list")
 def keys_list() -> None:
     """List keys (never their secrets)."""
-    from app.db import session_scope
-    from app.security import list_keys
+    from app.core.db import session_scope
+    from app.domain.keys import list_keys
 
     with session_scope() as session:
         for row in list_keys(session):
@@ -134,8 +136,8 @@ def keys_list() -> None:
 @keys.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id shown by keys list")]) -> None:
     """Revoke a key: requests with it get 401 from now on."""
-    from app.db import session_scope
-    from app.security import revoke
+    from app.core.db import session_scope
+    from app.domain.keys import revoke
 
     with session_scope() as session:
         if not revoke(session, key_id):
@@ -146,8 +148,8 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id shown by keys
 
 def ensure_admin_key() -> str:
     """The embedded default's admin key: reuse the key file while it is valid, else make one."""
-    from app.db import session_scope
-    from app.security import create_key, verify
+    from app.core.db import session_scope
+    from app.domain.keys import create_key, verify
 
     path = get_settings().resolved_api_key_file
     with session_scope() as session:
@@ -207,11 +209,17 @@ def _wait_for_either(*procs: subprocess.Popen[bytes]) -> None:
                 p.kill()
 
 
-register_client_commands(cli)
+def register(target: typer.Typer) -> None:
+    """Add the server verbs to the user's `epochal` (epochal_client.cli.build_cli)."""
+    target.registered_commands.extend(cli.registered_commands)
+    target.registered_groups.extend(cli.registered_groups)
 
 
 def main() -> None:
-    cli()
+    """`python -m app.cli`: the whole command, client verbs included."""
+    from epochal_client.cli import build_cli
+
+    build_cli()()
 
 
 if __name__ == "__main__":

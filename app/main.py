@@ -7,13 +7,23 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from app import errors
+from app.api import errors
+from app.api.body_limit import BodySizeLimit
 from app.api.deps import current_key
-from app.api.routes import artifacts, datasets, events, health, jobs, logs, metrics, ui, workers
-from app.config import get_settings
-from app.limits import BodySizeLimit
-from app.maintenance import MaintenanceThread
-from app.telemetry import RequestMetrics
+from app.api.routes import (
+    artifacts,
+    datasets,
+    events,
+    health,
+    job_logs,
+    jobs,
+    prometheus,
+    ui,
+    workers,
+)
+from app.core.config import get_settings
+from app.observability.telemetry import RequestMetrics
+from app.services.maintenance import MaintenanceThread
 
 
 @asynccontextmanager
@@ -49,11 +59,11 @@ def create_app() -> FastAPI:
     v1.include_router(artifacts.router)
     v1.include_router(datasets.router)
     v1.include_router(workers.router)
-    v1.include_router(logs.router)
+    v1.include_router(job_logs.router)
     v1.include_router(events.router)
     app.include_router(v1)
     app.include_router(health.router)
-    app.include_router(metrics.router)
+    app.include_router(prometheus.router)
     ui.install(app)
     return app
 

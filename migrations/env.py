@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from app.config import get_settings
-from app.db import make_engine
-from app.models import Base
+from app.core.config import get_settings
+from app.core.db import make_engine
+from app.domain.tables import Base
 
 target_metadata = Base.metadata
 

@@ -122,8 +122,8 @@ def pg_service_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
 
 
 def make_key(name: str, admin: bool = False) -> str:
-    from app.db import session_scope
-    from app.security import create_key
+    from app.core.db import session_scope
+    from app.domain.keys import create_key
 
     with session_scope() as session:
         return create_key(session, name, is_admin=admin)[1]

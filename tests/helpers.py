@@ -19,9 +19,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from app.config import get_settings
-from app.db import reset_engines
-from app.queue import producer
+from app.core.config import get_settings
+from app.core.db import reset_engines
+from app.services.queue import producer
 
 ROOT = Path(__file__).resolve().parent.parent
 # The real services the tests and benchmarks use, each run in a database / DB number of its own.
@@ -99,8 +99,8 @@ def pick_redis_db(base: str) -> tuple[str, redis.Redis]:
 
 
 def truncate_all() -> None:
-    from app.db import get_engine
-    from app.models import Base
+    from app.core.db import get_engine
+    from app.domain.tables import Base
 
     with get_engine().begin() as conn:
         for table in reversed(Base.metadata.sorted_tables):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli_client import load_spec
 from app.schemas.job_spec import JobSpec
-from app.spec_reference import rewrite
+from epochal_client.cli import load_spec
+from tools.spec_reference import rewrite
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -18,10 +18,10 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 def test_readme_references_match_the_schema_and_the_cli() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert rewrite(readme) == readme, "README.md is stale: run python -m app.spec_reference"
+    assert rewrite(readme) == readme, "README.md is stale: run python -m tools.spec_reference"
     for field in JobSpec.model_fields:
         assert f"| `{field}` |" in readme
-    check = [sys.executable, "-m", "app.spec_reference", "--check"]
+    check = [sys.executable, "-m", "tools.spec_reference", "--check"]
     assert subprocess.run(check, cwd=ROOT).returncode == 0
 
 

@@ -8,8 +8,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from app.cli import alembic_config
-from app.db import get_engine
-from app.models import Base
+from app.core.db import get_engine
+from app.domain.tables import Base
 
 
 def table_names() -> set[str]:

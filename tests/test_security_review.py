@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
-from app.queue import celery_config
+from app.core.config import Settings
 from app.schemas.job_spec import JobSpec
+from app.services.queue import celery_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "app").rglob("*.py")) + sorted((ROOT / "worker").rglob("*.py"))

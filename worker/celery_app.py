@@ -9,13 +9,14 @@ from typing import Any
 
 from celery import Celery, signals
 
-from app.config import get_settings
-from app.db import reset_engines
-from app.maintenance import MaintenanceThread
-from app.queue import celery_config
-from worker import logging_setup, workers
-from worker.runner import warm_up
-from worker.standby import POOL
+from app.core.config import get_settings
+from app.core.db import reset_engines
+from app.services.maintenance import MaintenanceThread
+from app.services.queue import celery_config
+from worker import celery_logging as logging_setup
+from worker.supervisor import heartbeat as workers
+from worker.supervisor.runner import warm_up
+from worker.supervisor.standby import POOL
 
 celery_app = Celery("epochal-worker", include=["worker.tasks"])
 celery_app.conf.update(celery_config(get_settings()))

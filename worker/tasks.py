@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.queue import TRAIN_TASK
+from app.services.queue import TRAIN_TASK
 from worker.celery_app import celery_app
-from worker.runner import run_job
+from worker.supervisor.runner import run_job
 
 
 @celery_app.task(name=TRAIN_TASK, bind=True)

@@ -12,10 +12,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from app import crud
-from app.db import DB_SLOTS, session_factory
-from app.models import ApiKey, Job
-from app.security import verify
+from app.core.db import DB_SLOTS, session_factory
+from app.domain import crud
+from app.domain.keys import verify
+from app.domain.tables import ApiKey, Job
 
 bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 

@@ -34,7 +34,7 @@ PARTS = ("queue_s", "startup_s", "data_s", "build_s", "db_write_s", "checkpoint_
 def direct(framework: str, epochs: int) -> dict[str, float]:
     """The loop by hand, in this process: data, model, fit, test evaluation (no checkpoints)."""
     from app.schemas.job_spec import JobSpec
-    from worker.trainer import best_monitor, build_callbacks, final_result
+    from worker.child.attempt import best_monitor, build_callbacks, final_result
     from worker.training.backend import BACKENDS, Placement, create_backend
     from worker.training.callbacks import CallbackList, TrainState
     from worker.training.data import load_splits

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import insert
 from sqlalchemy.engine import Engine
 
-from app.models import Job
+from app.domain.tables import Job
 
 SPEC = {
     "name": "bench",

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from sqlalchemy import insert
 
-from app.models import EpochMetric
+from app.domain.tables import EpochMetric
 from benchmarks.service.loadgen import percentile
 from benchmarks.service.seed import insert_jobs
 from benchmarks.service.stack import engine_for, running

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from app.db import make_engine
+from app.core.db import make_engine
 from tests.helpers import (
     PG_ADMIN,
     REDIS,

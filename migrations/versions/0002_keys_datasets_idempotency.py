@@ -53,7 +53,9 @@ def upgrade() -> None:
         batch.add_column(sa.Column("idempotency_key", sa.String(255)))
         batch.add_column(sa.Column("request_hash", sa.String(64)))
         batch.create_foreign_key("fk_job_owner_id_api_key", "api_key", ["owner_id"], ["id"])
-        batch.create_unique_constraint("uq_job_owner_idempotency_key", ["owner_id", "idempotency_key"])
+        batch.create_unique_constraint(
+            "uq_job_owner_idempotency_key", ["owner_id", "idempotency_key"]
+        )
         batch.create_index("ix_job_owner_id", ["owner_id"])
 
 

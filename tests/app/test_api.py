@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app import crud, epoch_rows
-from app.db import session_scope
+from app.core.db import session_scope
+from app.domain import crud, epoch_rows
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app import crud
-from app.config import get_settings
-from app.db import session_scope
-from app.models import JobStatus
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain.tables import JobStatus
 from tests.conftest import make_key
 
 BODY = {"framework": "pytorch", "dataset": {"name": "digits"}, "name": "my job"}

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.db import session_scope
-from app.models import ApiKey
-from app.security import revoke, verify
+from app.core.db import session_scope
+from app.domain.keys import revoke, verify
+from app.domain.tables import ApiKey
 from tests.conftest import make_key
 
 BODY = {"framework": "pytorch", "dataset": {"name": "digits"}, "training": {"epochs": 1}}
@@ -126,7 +126,7 @@ def test_idempotent_submit(app_client: TestClient) -> None:
 
 
 def test_per_key_quota(app_client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.config import get_settings
+    from app.core.config import get_settings
 
     monkeypatch.setattr(get_settings(), "max_active_jobs_per_key", 2)
     key = make_key("busy")
@@ -140,7 +140,7 @@ def test_per_key_quota(app_client: TestClient, monkeypatch: pytest.MonkeyPatch) 
 
 
 def key_file_mode() -> int:
-    from app.config import get_settings
+    from app.core.config import get_settings
 
     return stat.S_IMODE(get_settings().resolved_api_key_file.stat().st_mode)
 
@@ -149,7 +149,7 @@ def test_admin_key_bootstrap_reuses_a_live_key_and_replaces_a_revoked_one(
     db_env: dict[str, str],
 ) -> None:
     from app.cli import ensure_admin_key
-    from app.config import get_settings
+    from app.core.config import get_settings
 
     first = ensure_admin_key()
     assert ensure_admin_key() == first  # a second `epochal up` keeps the key

@@ -10,8 +10,8 @@ import httpx
 import pytest
 import typer
 
-from app.cli_client import load_spec, new_lines
-from app.client import ApiError, Client, default_api_key, parse_sse
+from epochal_client.cli import load_spec, new_lines
+from epochal_client.client import ApiError, Client, default_api_key, parse_sse
 from tests.helpers import ROOT
 
 BLOCKER = """
@@ -21,17 +21,17 @@ class Block:
         if name.split(".")[0] in {blocked!r}:
             raise ImportError(f"{{name}} must not be needed by the client")
 sys.meta_path.insert(0, Block())
-from app.client import Client, ApiError
+from epochal_client.client import Client, ApiError
 with Client("http://127.0.0.1:9", "k") as c:
     assert c.url == "http://127.0.0.1:9"
-print("ok", sorted(m for m in sys.modules if m.startswith("app")))
+print("ok", sorted(m for m in sys.modules if m.split(".")[0] in ("app", "epochal_client")))
 """
 
 
 def test_client_imports_with_httpx_and_the_standard_library_only() -> None:
     blocked = {
         "fastapi", "starlette", "sqlalchemy", "celery", "kombu", "pydantic",
-        "pydantic_settings", "typer", "rich", "yaml", "prometheus_client", "numpy",
+        "pydantic_settings", "typer", "rich", "yaml", "prometheus_client", "numpy", "app",
     }  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", BLOCKER.format(blocked=blocked)],
@@ -40,7 +40,9 @@ def test_client_imports_with_httpx_and_the_standard_library_only() -> None:
         text=True,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok ['app', 'app.client', 'app.client_types']"
+    assert out.stdout.strip() == (
+        "ok ['epochal_client', 'epochal_client.client', 'epochal_client.types']"
+    )
 
 
 def test_parse_sse_follows_the_event_stream_rules() -> None:
@@ -103,9 +105,9 @@ def test_new_lines_of_a_sliding_log_tail() -> None:
 def test_client_types_follow_the_api_schemas() -> None:
     from dataclasses import fields
 
-    from app.client_types import Job, MetricRow
     from app.schemas.api import JobPublic
     from app.schemas.api import MetricRow as ServerRow
+    from epochal_client.types import Job, MetricRow
 
     assert [f.name for f in fields(MetricRow)] == list(ServerRow.model_fields)
     assert {f.name for f in fields(Job)} == set(JobPublic.model_fields)

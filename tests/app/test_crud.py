@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from app import crud, epoch_rows
-from app.db import session_scope
-from app.maintenance import reap_lost_workers
-from app.models import Job, JobStatus, utcnow
+from app.core.db import session_scope
+from app.domain import crud, epoch_rows
+from app.domain.tables import Job, JobStatus, utcnow
 from app.schemas.job_spec import JobSpec
+from app.services.maintenance import reap_lost_workers
 
 SPEC = JobSpec.model_validate(
     {"framework": "pytorch", "dataset": {"name": "digits"}, "max_restarts": 1}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import get_settings
+from app.core.config import get_settings
 from tests.conftest import make_key
 
 Client = Callable[[str], TestClient]

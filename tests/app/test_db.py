@@ -1,4 +1,4 @@
-"""The engine on real databases (app.db). The embedded default's SQLite: WAL, a 30 s busy
+"""The engine on real databases (app.core.db). The embedded default's SQLite: WAL, a 30 s busy
 timeout, foreign keys, and write transactions that take the lock up front. PostgreSQL: a pooled
 connection the server dropped while it sat idle is replaced without failing the caller, and a
 busy one costs no extra round trip."""
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from app import db
-from app.config import get_settings
-from app.db import get_engine, session_scope
+from app.core import db
+from app.core.config import get_settings
+from app.core.db import get_engine, session_scope
 
 PRAGMAS = ("journal_mode", "busy_timeout", "foreign_keys")
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from app import crud, epoch_rows
-from app.db import session_scope
-from app.events import Cursor, Event, EventHub, read_new_events
-from app.models import JobStatus
+from app.core.db import session_scope
+from app.domain import crud, epoch_rows
+from app.domain.tables import JobStatus
 from app.schemas.job_spec import JobSpec
+from app.services.live_events import Cursor, Event, EventHub, read_new_events
 
 
 def new_job() -> str:

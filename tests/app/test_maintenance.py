@@ -10,13 +10,13 @@ import pytest
 import redis
 from sqlalchemy import update
 
-from app import crud
-from app.config import get_settings
-from app.db import session_scope
-from app.dispatch import Sent, dispatch
-from app.maintenance import expire_and_redispatch
-from app.models import Job, JobStatus, Worker, utcnow
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain.tables import Job, JobStatus, Worker, utcnow
 from app.schemas.job_spec import JobSpec
+from app.services.dispatch import Sent, dispatch
+from app.services.maintenance import expire_and_redispatch
 from tests.helpers import clear_caches, free_port
 
 

@@ -7,10 +7,10 @@ from datetime import timedelta
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from app.db import session_scope
-from app.models import Worker, utcnow
+from app.core.db import session_scope
+from app.domain.tables import Worker, utcnow
 from tests.conftest import make_key
-from worker.workers import beat, set_current_job
+from worker.supervisor.heartbeat import beat, set_current_job
 
 
 def test_live_workers_with_their_devices_and_only_visible_jobs(db_env: dict[str, str]) -> None:

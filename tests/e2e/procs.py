@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from worker.protocol import CHILD_MODULE
+
 
 def _read(path: Path) -> str:
     try:
@@ -27,11 +29,11 @@ def parent_of(pid: int) -> int:
 
 
 def training_children(job_id: str) -> list[int]:
-    """Live `python -m worker.launch JOB_ID …` processes (every DDP rank too)."""
+    """Live `python -m worker.child.launch JOB_ID …` processes (every DDP rank too)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             cmdline = _read(entry / "cmdline")
-            if "worker.launch" in cmdline and job_id in cmdline and alive(int(entry.name)):
+            if CHILD_MODULE in cmdline and job_id in cmdline and alive(int(entry.name)):
                 found.append(int(entry.name))
     return found

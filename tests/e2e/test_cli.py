@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from app.client import Client
+from epochal_client.client import Client
 from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service, wait_until
 
 pytestmark = pytest.mark.e2e

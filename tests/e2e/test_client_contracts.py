@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from app.client import ApiError, Client
+from epochal_client.client import ApiError, Client
 from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service
 
 pytestmark = pytest.mark.e2e

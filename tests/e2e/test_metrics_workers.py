@@ -21,7 +21,7 @@ from tests.helpers import (
     submit_job,
     wait_until,
 )
-from worker.workers import beat
+from worker.supervisor.heartbeat import beat
 
 pytestmark = pytest.mark.e2e
 HEALTHZ = {"method": "GET", "route": "/healthz", "status": "200"}

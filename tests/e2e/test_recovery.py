@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from celery import Celery
 
-from app.queue import TRAIN_TASK
+from app.services.queue import TRAIN_TASK
 from tests.e2e.procs import alive, parent_of, training_children
 from tests.helpers import Service, running_service, wait_for_status, wait_until
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.client import ApiError, Client, Event, parse_sse
+from epochal_client.client import ApiError, Client, Event, parse_sse
 from tests.helpers import Service, running_service
 
 pytestmark = pytest.mark.e2e

@@ -7,9 +7,9 @@ import errno
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from worker.launch import classify
-from worker.outcome import JobConfigError
-from worker.sinks import LostOwnership
+from worker.child.launch import classify
+from worker.child.sinks import LostOwnership
+from worker.protocol import JobConfigError
 
 
 @pytest.mark.parametrize(

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from app import crud
-from app.config import Settings, get_settings
-from app.db import session_scope
-from app.joblog import log_path
-from app.models import Job, JobStatus
+from app.core.config import Settings, get_settings
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain.job_log import log_path
+from app.domain.tables import Job, JobStatus
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT, clear_caches, free_port
-from worker.outcome import SUPERVISOR_ENV, Outcome
-from worker.runner import Attempt, outcome_of, record, record_end, supervise
+from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv
+from worker.supervisor.runner import Attempt, outcome_of, record, record_end, supervise
 
 STUBBORN = (
     "import signal, time\n"
@@ -56,7 +56,7 @@ def running_job(max_restarts: int = 1) -> Job:
 
 
 def attempt_of(job: Job, settings: Settings, code: str, deadline: float = 1e12) -> Attempt:
-    """A real child in its own session, as worker.runner starts them."""
+    """A real child in its own session, as worker.supervisor.runner starts them."""
     workdir = settings.job_dir(job.id)
     workdir.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(
@@ -182,7 +182,7 @@ def test_runtime_used_up_by_earlier_attempts_ends_without_starting(settings: Set
 
     from sqlalchemy import update
 
-    from worker import runner
+    from worker.supervisor import runner
 
     job = running_job()
     with session_scope() as session:  # first started two days ago; a new attempt is queued
@@ -203,7 +203,7 @@ def test_child_whose_supervisor_already_died_exits_at_once(tmp_path: Path) -> No
     # must notice by itself. Here its "supervisor" is a pid that is not its parent.
     env = {**os.environ, SUPERVISOR_ENV: "1", "EPOCHAL_HOME": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "worker.launch", "no-such-job", "--attempt", "1"],
+        child_argv("no-such-job", 1),
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.workers import describe_gpus
+from worker.supervisor.heartbeat import describe_gpus
 
 H100 = (
     "0, GPU-5f1e6a2b, NVIDIA H100 80GB HBM3, 81559\n1, GPU-9c0d7e44, NVIDIA H100 80GB HBM3, 81559\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.config import get_settings
+from app.core.config import get_settings
 from worker.training.data import IDX_FILES, DataError, read_idx
 
 CANONICAL = {

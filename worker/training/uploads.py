@@ -1,6 +1,6 @@
 """Reading an uploaded data set in the training process (the API validated and stored it).
 
-The file is the normalized .npz app.uploads wrote: `x`, `y`, optionally `x_test`, `y_test`.
+The file is the normalized .npz app.domain.uploads wrote: `x`, `y`, optionally `x_test`, `y_test`.
 It is read with allow_pickle=False all the same: a file on disk is not trusted code.
 """
 

@@ -13,8 +13,8 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse
 
 from app.api.deps import JobDep, SessionDep
-from app.config import get_settings
-from app.models import Dataset, Job, JobStatus
+from app.core.config import get_settings
+from app.domain.tables import Dataset, Job, JobStatus
 from app.schemas.api import Problem
 from app.schemas.job_spec import JobSpec, input_shape_and_classes
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic

@@ -14,10 +14,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, File, Form, HTTPException, Path, Query, Response, UploadFile, status
 from fastapi.exceptions import RequestValidationError
 
-from app import datasets, uploads
 from app.api.deps import CurrentKey, SessionDep
-from app.config import get_settings
-from app.models import Dataset, new_id
+from app.core.config import get_settings
+from app.domain import datasets, uploads
+from app.domain.tables import Dataset, new_id
 from app.schemas.job_spec import JobSpec
 from app.schemas.resources import DatasetPublic, DatasetsPublic
 

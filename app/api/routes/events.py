@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Header, HTTPException
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import JobDep, SessionDep, release_db
-from app.config import get_settings
-from app.events import Cursor, get_hub
+from app.core.config import get_settings
+from app.services.live_events import Cursor, get_hub
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from app.api.deps import SessionDep
-from app.queue import broker_reachable
+from app.services.queue import broker_reachable
 
 router = APIRouter(tags=["health"])
 

@@ -8,15 +8,15 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from sqlalchemy.exc import IntegrityError
 
-from app import crud, epoch_rows
 from app.api.deps import CurrentKey, JobDep, SessionDep, owner_filter
 from app.api.routes.datasets import check_job_dataset
-from app.config import get_settings
-from app.dispatch import dispatch
-from app.models import Job, JobStatus
-from app.queue import queue_for_gpus
+from app.core.config import get_settings
+from app.domain import crud, epoch_rows
+from app.domain.tables import Job, JobStatus
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricRow, MetricsPublic
 from app.schemas.job_spec import JobSpec
+from app.services.dispatch import dispatch
+from app.services.queue import queue_for_gpus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

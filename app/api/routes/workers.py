@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy import select
 
-from app import crud
 from app.api.deps import CurrentKey, SessionDep
-from app.config import get_settings
-from app.models import Job
+from app.core.config import get_settings
+from app.domain import crud
+from app.domain.tables import Job
 from app.schemas.resources import WorkerPublic, WorkersPublic
 
 router = APIRouter(prefix="/workers", tags=["workers"])

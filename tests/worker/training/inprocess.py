@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from app.schemas.job_spec import JobSpec
-from worker.outcome import Outcome
-from worker.trainer import run_attempt
+from worker.child.attempt import run_attempt
+from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import Callback, EpochLog, Logs, TrainState
 from worker.training.data import load_splits

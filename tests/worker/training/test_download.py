@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.config import get_settings
+from app.core.config import get_settings
 from worker.training.data import DataError, load_idx_dataset, read_idx
 
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")

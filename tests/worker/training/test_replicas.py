@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from worker.protocol import DDP_INIT_ENV
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -31,7 +33,7 @@ def start(
 def run(framework: str, replicas: int, tmp_path: Path) -> dict[str, np.ndarray]:
     """Run the step with `replicas` (one process per DDP rank) and load rank 0's result."""
     out = tmp_path / f"{framework}-{replicas}.npz"
-    env = {"EPOCHAL_DDP_INIT": f"file://{tmp_path}/store-{replicas}"}
+    env = {DDP_INIT_ENV: f"file://{tmp_path}/store-{replicas}"}
     ranks = replicas if framework == "pytorch" else 1
     procs = [start(framework, replicas, rank, out, env) for rank in range(ranks)]
     for proc in procs:
@@ -56,7 +58,7 @@ def test_two_replicas_take_the_same_step_as_one(framework: str, tmp_path: Path) 
 def test_a_loss_gone_non_finite_on_one_ddp_rank_stops_both(tmp_path: Path) -> None:
     """Reliability R5, DDP variant: rank 1 alone sees an infinite input; both ranks stop at
     the same step boundary, neither hangs in a collective, no checkpoint is written."""
-    env = {**os.environ, "EPOCHAL_DDP_INIT": f"file://{tmp_path}/store", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, DDP_INIT_ENV: f"file://{tmp_path}/store", "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "tests.worker.training.ddp_attempt"]
     procs = [
         subprocess.Popen([*argv, str(rank), str(tmp_path)], cwd=ROOT, env=env) for rank in (0, 1)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app import uploads
+from app.domain import uploads
 from app.schemas.job_spec import JobSpec
 from worker.training.data import DataError, split_and_normalize
 from worker.training.uploads import load_upload

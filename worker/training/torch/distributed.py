@@ -1,7 +1,7 @@
 """DDP plumbing: process group, model wrapping and the cross-rank reductions the loop needs.
 
-One process per replica (started by worker.launch, never by the Celery process); gloo on CPU,
-NCCL on GPUs; rendezvous through a file in the job's directory, so jobs never fight over ports.
+One process per replica (started by worker.child.launch, never by the Celery process); gloo on
+CPU, NCCL on GPUs; rendezvous through a file in the job's directory, so jobs never fight over ports.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from worker.protocol import DDP_INIT_ENV
 from worker.training.backend import Placement
-
-INIT_ENV = "EPOCHAL_DDP_INIT"
 
 
 def setup(placement: Placement) -> None:
@@ -27,7 +26,7 @@ def setup(placement: Placement) -> None:
         torch.cuda.set_device(placement.gpus[0])
     dist.init_process_group(
         backend,
-        init_method=os.environ[INIT_ENV],
+        init_method=os.environ[DDP_INIT_ENV],
         rank=placement.rank,
         world_size=placement.replicas,
         timeout=timedelta(seconds=120),  # a stuck collective fails the job instead of hanging

@@ -1,0 +1,326 @@
+"""The job state machine and queries; every status change goes through here.
+
+Changes that race (claim, cancel, finish, reap) are one conditional UPDATE each, so the
+database decides who wins whatever the broker redelivers (reference/reliability.md P10).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, tuple_, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from app.domain.tables import (
+    ACTIVE,
+    TERMINAL,
+    Job,
+    JobStatus,
+    JobTransition,
+    Worker,
+    utcnow,
+)
+from app.schemas.job_spec import JobSpec
+
+
+class Conflict(Exception):
+    """The job is not in a state that allows the change."""
+
+
+def create_job(
+    session: Session,
+    spec: JobSpec,
+    queue: str,
+    *,
+    owner_id: str | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> Job:
+    """Store a new queued job (the caller commits before it is sent to the broker)."""
+    job = Job(
+        owner_id=owner_id,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        name=spec.name,
+        framework=spec.framework,
+        spec=spec.model_dump(mode="json"),
+        queue=queue,
+        gpus=spec.resources.gpus,
+        max_restarts=spec.max_restarts,
+        status=JobStatus.queued,
+    )
+    session.add(job)
+    session.flush()
+    add_transition(session, job.id, None, JobStatus.queued, "submitted", 0)
+    return job
+
+
+def add_transition(
+    session: Session, job_id: str, before: str | None, after: str, reason: str, attempt: int
+) -> None:
+    session.add(
+        JobTransition(
+            job_id=job_id, from_status=before, to_status=after, reason=reason, attempt=attempt
+        )
+    )
+
+
+def get_job(session: Session, job_id: str) -> Job | None:
+    return session.get(Job, job_id)
+
+
+def transitions(session: Session, job_id: str) -> Sequence[JobTransition]:
+    query = select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
+    return session.scalars(query).all()
+
+
+def encode_cursor(job: Job) -> str:
+    raw = json.dumps([job.created_at.isoformat(), job.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """Raise ValueError for anything that is not a cursor this service made."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, job_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(job_id)
+    except Exception as exc:  # any malformed input is the client's mistake
+        raise ValueError("cursor is not one returned by this API") from exc
+
+
+def list_jobs(
+    session: Session,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    status: str | None = None,
+    framework: str | None = None,
+    owner_id: str | None = None,
+) -> tuple[list[Job], str | None]:
+    """Newest first; filters apply before paging so pages are never short for that reason."""
+    query = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
+    if owner_id:
+        query = query.where(Job.owner_id == owner_id)
+    if status:
+        query = query.where(Job.status == status)
+    if framework:
+        query = query.where(Job.framework == framework)
+    if cursor:
+        created, job_id = decode_cursor(cursor)
+        # A row-value comparison: the index seeks to the cursor. The equivalent OR of two
+        # conditions made PostgreSQL walk the index from the newest job (8.9 ms vs 0.05 ms
+        # half way through 100k jobs).
+        query = query.where(tuple_(Job.created_at, Job.id) < tuple_(created, job_id))
+    jobs = list(session.scalars(query))
+    next_cursor = encode_cursor(jobs[limit - 1]) if len(jobs) > limit else None
+    return jobs[:limit], next_cursor
+
+
+def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) -> Job | None:
+    """Queued -> running for this worker, or None when someone else has it (or it ended)."""
+    now = utcnow()
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.queued)
+        .values(
+            status=JobStatus.running,
+            attempt=Job.attempt + 1,
+            worker_name=worker,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            started_at=func.coalesce(Job.started_at, now),
+            updated_at=now,
+        )
+    ).rowcount
+    if not claimed:
+        return None
+    job = session.get(Job, job_id, populate_existing=True)
+    assert job is not None
+    add_transition(
+        session, job.id, JobStatus.queued, JobStatus.running, f"claimed by {worker}", job.attempt
+    )
+    return job
+
+
+def renew_lease(session: Session, job_id: str, attempt: int, lease_seconds: float) -> Job | None:
+    """Extend the lease of our attempt; None means the job is no longer ours (fencing)."""
+    renewed = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
+    ).rowcount
+    return session.get(Job, job_id, populate_existing=True) if renewed else None
+
+
+def request_cancel(session: Session, job: Job) -> Job:
+    """Queued: cancelled at once. Running: cancelling until the loop stops. Ended: Conflict."""
+    now = utcnow()
+    if job.status in TERMINAL:
+        raise Conflict(f"job already {job.status}")
+    if job.status == JobStatus.cancelling:
+        return job
+    before = job.status
+    target = JobStatus.cancelled if before == JobStatus.queued else JobStatus.cancelling
+    values: dict[str, Any] = {"status": target, "cancel_requested_at": now, "updated_at": now}
+    if target == JobStatus.cancelled:
+        values |= {"finished_at": now, "stop_reason": "cancelled"}
+    changed = session.execute(
+        update(Job).where(Job.id == job.id, Job.status == before).values(**values)
+    ).rowcount
+    session.refresh(job)
+    if not changed:  # it moved under us; decide again on the fresh state
+        return request_cancel(session, job)
+    add_transition(session, job.id, before, target, "cancel requested", job.attempt)
+    return job
+
+
+def finish_job(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    status: JobStatus,
+    *,
+    stop_reason: str | None,
+    reason: str,
+    error_code: str | None = None,
+    error: str | None = None,
+    result: Mapping[str, Any] | None = None,
+) -> bool:
+    """End our attempt; False when the job was no longer ours (another attempt owns it)."""
+    job = session.get(Job, job_id, populate_existing=True)
+    if job is None or job.attempt != attempt or job.status not in ACTIVE:
+        return False
+    if job.status == JobStatus.cancelling and status == JobStatus.succeeded:
+        # The cancel raced the last epoch: the user asked to stop, the work is complete.
+        reason = f"{reason} (cancel arrived after the last epoch)"
+    before, now = job.status, utcnow()
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt)
+        .values(
+            status=status,
+            stop_reason=stop_reason,
+            error_code=error_code,
+            error=error,
+            result=dict(result) if result is not None else job.result,
+            finished_at=now,
+            updated_at=now,
+            lease_expires_at=None,
+        )
+    )
+    add_transition(session, job_id, before, status, reason, attempt)
+    return True
+
+
+def requeue(session: Session, job: Job, reason: str) -> bool:
+    """Running -> queued for another attempt (the next claim bumps attempt).
+
+    Only from running: a job being cancelled is finished as cancelled, never retried.
+    """
+    moved = session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.attempt == job.attempt, Job.status == JobStatus.running)
+        .values(
+            status=JobStatus.queued, lease_expires_at=None, worker_name=None, dispatched_at=None
+        )
+    ).rowcount
+    if moved:
+        add_transition(session, job.id, job.status, JobStatus.queued, reason, job.attempt)
+    return bool(moved)
+
+
+def claim_dispatch(session: Session, job: Job) -> bool:
+    """Take the right to (re)send a queued job's message; one process wins per round."""
+    before, stamp = job.dispatched_at, utcnow()
+    condition = Job.dispatched_at.is_(None) if before is None else Job.dispatched_at == before
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.status == JobStatus.queued, condition)
+        .values(dispatched_at=stamp)
+    ).rowcount
+    if claimed:  # remember our stamp (without a second write) so release_dispatch can match it
+        set_committed_value(job, "dispatched_at", stamp)
+    return bool(claimed)
+
+
+def release_dispatch(session: Session, job: Job) -> None:
+    """Undo claim_dispatch after a publish that failed (only if nobody sent it since)."""
+    session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.dispatched_at == job.dispatched_at)
+        .values(dispatched_at=None)
+    )
+
+
+def expired_leases(session: Session) -> Sequence[Job]:
+    query = select(Job).where(Job.status.in_(ACTIVE), Job.lease_expires_at < utcnow())
+    return session.scalars(query).all()
+
+
+def queued_jobs(session: Session) -> Sequence[Job]:
+    return session.scalars(select(Job).where(Job.status == JobStatus.queued)).all()
+
+
+def live_workers(session: Session, within_seconds: float) -> Sequence[Worker]:
+    """Workers whose heartbeat is fresh."""
+    horizon = utcnow() - timedelta(seconds=within_seconds)
+    return session.scalars(select(Worker).where(Worker.heartbeat_at >= horizon)).all()
+
+
+def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None:
+    """Why a queued job has not started, in words a user can act on."""
+    if job.status != JobStatus.queued:
+        return None
+    workers = live_workers(session, within_seconds)
+    if not workers:
+        return "waiting for a worker: none is live"
+    largest = max(w.gpus for w in workers)
+    if largest < job.gpus:
+        return f"waiting for a worker with ≥ {job.gpus} GPUs; largest live worker has {largest}"
+    if all(w.current_job_id for w in workers if w.gpus >= job.gpus):
+        return "waiting for a free worker: every worker that fits is busy"
+    return "waiting to be picked up"
+
+
+def force_fail_queued(session: Session, job: Job, code: str, message: str) -> bool:
+    """Queued -> failed without running (queue timeout)."""
+    now = utcnow()
+    failed = session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.status == JobStatus.queued)
+        .values(
+            status=JobStatus.failed,
+            stop_reason=code,
+            error_code=code,
+            error=message,
+            finished_at=now,
+            updated_at=now,
+        )
+    ).rowcount
+    if failed:
+        add_transition(session, job.id, JobStatus.queued, JobStatus.failed, message, job.attempt)
+    return bool(failed)
+
+
+def find_idempotent(session: Session, owner_id: str | None, key: str) -> Job | None:
+    query = select(Job).where(Job.idempotency_key == key)
+    query = (
+        query.where(Job.owner_id == owner_id) if owner_id else query.where(Job.owner_id.is_(None))
+    )
+    return session.scalars(query).first()
+
+
+def count_active(session: Session, owner_id: str) -> int:
+    """Jobs of this owner that are queued or running (the per-key quota counts these)."""
+    active = (JobStatus.queued, *ACTIVE)
+    query = (
+        select(func.count())
+        .select_from(Job)
+        .where(Job.owner_id == owner_id, Job.status.in_(active))
+    )
+    return int(session.scalar(query) or 0)

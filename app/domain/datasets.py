@@ -1,0 +1,63 @@
+"""Dataset rows: who may see one, which unfinished jobs use it, whether a job's model fits it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.domain.tables import ACTIVE, ApiKey, Dataset, Job, JobStatus
+from app.schemas.job_spec import JobSpec, check_model_for_data
+
+UNFINISHED = (JobStatus.queued, *ACTIVE)
+
+
+def get_visible(
+    session: Session, dataset_id: str, key: ApiKey, lock: bool = False
+) -> Dataset | None:
+    """The data set if it exists and the key may use it (its owner, or an admin).
+
+    With lock, the row stays locked until the transaction ends (PostgreSQL; SQLite ignores
+    it), so a submit that found it and a delete that removes it cannot interleave.
+    """
+    query = select(Dataset).where(Dataset.id == dataset_id)
+    if not key.is_admin:
+        query = query.where(Dataset.owner_id == key.id)
+    return session.scalars(query.with_for_update() if lock else query).first()
+
+
+def list_visible(session: Session, key: ApiKey, limit: int) -> Sequence[Dataset]:
+    """Newest first; a plain key sees its own uploads, an admin all of them."""
+    query = select(Dataset).order_by(Dataset.created_at.desc(), Dataset.id).limit(limit)
+    if not key.is_admin:
+        query = query.where(Dataset.owner_id == key.id)
+    return session.scalars(query).all()
+
+
+def unfinished_jobs_using(session: Session, dataset_id: str) -> list[str]:
+    """Ids of queued or running jobs whose spec names this upload."""
+    named = Job.spec[("dataset", "id")].as_string() == dataset_id
+    query = select(Job.id).where(Job.status.in_(UNFINISHED), named).limit(20)
+    return list(session.scalars(query))
+
+
+def problem_for_spec(session: Session, spec: JobSpec, key: ApiKey) -> str | None:
+    """Why the job cannot use its `dataset.id` (missing, not the caller's, wrong task, model
+    does not fit), or None when it can or names a built-in data set."""
+    dataset_id = spec.dataset.id
+    if dataset_id is None:
+        return None
+    row = get_visible(session, dataset_id, key, lock=True)
+    if row is None:
+        return f"there is no uploaded data set {dataset_id} for this key (GET /v1/datasets)"
+    if spec.task != row.task:
+        return (
+            f"task {spec.task} needs a data set uploaded with task {spec.task}; "
+            f"{dataset_id} was uploaded for {row.task}"
+        )
+    try:
+        check_model_for_data(spec.model, tuple(row.shape), row.classes or 1)
+    except ValueError as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,211 @@
+"""SQLAlchemy 2 tables; Alembic migrations under migrations/ are the only way they change."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime; use app.domain.tables.utcnow()")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class JobStatus(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    cancelling = "cancelling"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
+ACTIVE = frozenset({JobStatus.running, JobStatus.cancelling})
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+class Job(Base):
+    """One training job; the row is the source of truth for status, attempt and lease."""
+
+    __tablename__ = "job"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    framework: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.queued)
+    spec: Mapped[dict[str, Any]]
+    queue: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_restarts: Mapped[int] = mapped_column(Integer, default=2)
+    current_epoch: Mapped[int] = mapped_column(Integer, default=0)
+    best_epoch: Mapped[int | None] = mapped_column(Integer)
+    best_metric: Mapped[float | None] = mapped_column(Float)
+    stop_reason: Mapped[str | None] = mapped_column(String(32))
+    error_code: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict[str, Any] | None]
+    worker_name: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    dispatched_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    lease_expires_at: Mapped[datetime | None]
+    cancel_requested_at: Mapped[datetime | None]
+    owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+
+    __table_args__ = (
+        Index("ix_job_created", "created_at", "id"),
+        Index("ix_job_status_created", "status", "created_at"),
+        UniqueConstraint("owner_id", "idempotency_key", name="uq_job_owner_idempotency_key"),
+    )
+
+
+class JobTransition(Base):
+    """Every status change of a job, with when and why."""
+
+    __tablename__ = "job_transition"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), index=True)
+    from_status: Mapped[str | None] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class EpochMetric(Base):
+    """One row per (job, epoch); an upsert, so a resumed attempt replaces, never doubles."""
+
+    __tablename__ = "epoch_metric"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    train_loss: Mapped[float | None] = mapped_column(Float)
+    train_accuracy: Mapped[float | None] = mapped_column(Float)
+    train_mae: Mapped[float | None] = mapped_column(Float)
+    val_loss: Mapped[float | None] = mapped_column(Float)
+    val_accuracy: Mapped[float | None] = mapped_column(Float)
+    val_mae: Mapped[float | None] = mapped_column(Float)
+    learning_rate: Mapped[float | None] = mapped_column(Float)
+    epoch_seconds: Mapped[float | None] = mapped_column(Float)
+    samples_per_second: Mapped[float | None] = mapped_column(Float)
+    recorded_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    """A client's key: only a SHA-256 of its secret is stored."""
+
+    __tablename__ = "api_key"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    is_admin: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None]
+
+
+class Dataset(Base):
+    """An uploaded data set, validated at upload and stored as .npz under the data dir."""
+
+    __tablename__ = "dataset"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
+    format: Mapped[str] = mapped_column(String(8))
+    task: Mapped[str] = mapped_column(String(16))
+    shape: Mapped[list[Any]] = mapped_column(JSON)
+    dtype: Mapped[str] = mapped_column(String(16))
+    samples: Mapped[int] = mapped_column(Integer)
+    test_samples: Mapped[int | None] = mapped_column(Integer)
+    classes: Mapped[int | None] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    checksum: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Worker(Base):
+    """A live Celery worker as its heartbeats describe it."""
+
+    __tablename__ = "worker"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    devices: Mapped[list[Any]] = mapped_column(JSON)
+    queues: Mapped[list[Any]] = mapped_column(JSON)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    current_job_id: Mapped[str | None] = mapped_column(String(36))
+
+
+METRIC_FIELDS = (
+    "train_loss",
+    "train_accuracy",
+    "train_mae",
+    "val_loss",
+    "val_accuracy",
+    "val_mae",
+    "learning_rate",
+    "epoch_seconds",
+    "samples_per_second",
+)

@@ -1,0 +1,103 @@
+"""Prometheus series read from the database at scrape time: jobs, queue, epochs, workers.
+
+The database is what every API and worker process shares, so computing these when Prometheus
+asks gives the same honest answer from any API process, with no counters to keep in sync.
+The epoch-duration histogram is one aggregate query over the metrics rows (no per-row transfer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from app.core.config import get_settings
+from app.core.db import session_factory
+from app.domain.tables import EpochMetric, Job, JobStatus, Worker, utcnow
+
+FRAMEWORKS = ("pytorch", "tensorflow")
+EPOCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+class DatabaseCollector(Collector):
+    """Collects from one short session per scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        with session_factory()() as session:
+            yield _jobs(session)
+            yield from _queue(session)
+            yield from _epochs(session)
+            yield from _workers(session)
+
+
+def _jobs(session: Session) -> Metric:
+    family = GaugeMetricFamily(
+        "epochal_jobs", "Jobs by status and framework.", labels=["status", "framework"]
+    )
+    counts = {(s, f): 0 for s in JobStatus for f in FRAMEWORKS}  # every series, even at zero
+    query = select(Job.status, Job.framework, func.count()).group_by(Job.status, Job.framework)
+    for status, framework, count in session.execute(query):
+        counts[(status, framework)] = count
+    for (status, framework), count in sorted(counts.items()):
+        family.add_metric([str(status), framework], count)
+    return family
+
+
+def _queue(session: Session) -> Iterable[Metric]:
+    depth, oldest = session.execute(
+        select(func.count(), func.min(Job.created_at)).where(Job.status == JobStatus.queued)
+    ).one()
+    yield GaugeMetricFamily("epochal_queue_depth", "Jobs waiting for a worker.", value=depth)
+    wait = 0.0
+    if oldest is not None:
+        oldest = oldest if oldest.tzinfo else oldest.replace(tzinfo=utcnow().tzinfo)
+        wait = max(0.0, (utcnow() - oldest).total_seconds())
+    yield GaugeMetricFamily(
+        "epochal_queue_oldest_seconds", "How long the oldest queued job has waited.", value=wait
+    )
+
+
+def _epochs(session: Session) -> Iterable[Metric]:
+    seconds = EpochMetric.epoch_seconds
+    buckets = [func.sum(case((seconds <= bound, 1), else_=0)) for bound in EPOCH_BUCKETS]
+    query = (
+        select(Job.framework, func.count(), func.count(seconds), func.sum(seconds), *buckets)
+        .join(Job, Job.id == EpochMetric.job_id)
+        .group_by(Job.framework)
+    )
+    finished = CounterMetricFamily(
+        "epochal_epochs_finished", "Epochs finished (metrics rows recorded).", labels=["framework"]
+    )
+    durations = HistogramMetricFamily(
+        "epochal_epoch_duration_seconds", "Wall time of one epoch.", labels=["framework"]
+    )
+    rows = {row[0]: row[1:] for row in session.execute(query)}
+    for framework in sorted(set(FRAMEWORKS) | set(rows)):
+        total, timed, summed, *cumulative = rows.get(framework, (0, 0, 0.0, *[0] * 12))
+        finished.add_metric([framework], total)
+        pairs = [(str(b), int(c or 0)) for b, c in zip(EPOCH_BUCKETS, cumulative, strict=True)]
+        durations.add_metric([framework], [*pairs, ("+Inf", timed)], float(summed or 0.0))
+    return finished, durations
+
+
+def _workers(session: Session) -> Iterable[Metric]:
+    horizon = utcnow() - timedelta(seconds=3 * get_settings().heartbeat_seconds)
+    live, busy, gpus = session.execute(
+        select(
+            func.count(),
+            func.count(Worker.current_job_id),
+            func.coalesce(func.sum(Worker.gpus), 0),
+        ).where(Worker.heartbeat_at >= horizon)
+    ).one()
+    yield GaugeMetricFamily("epochal_workers_live", "Workers with a fresh heartbeat.", value=live)
+    yield GaugeMetricFamily("epochal_workers_busy", "Live workers running a job.", value=busy)
+    yield GaugeMetricFamily("epochal_gpus_live", "GPUs owned by live workers.", value=gpus)

@@ -1,0 +1,135 @@
+"""Keeping the queue honest: reap lost workers, re-send lost messages, expire waiting jobs.
+
+Runs as a thread in every API and worker process. Each change is a conditional UPDATE, so many
+copies running at once do no harm (reference/reliability.md P2, P7, P11).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain.tables import Job, JobStatus, utcnow
+from app.services.dispatch import Sent, dispatch
+
+log = logging.getLogger(__name__)
+
+
+def reap_lost_workers(session: Session) -> int:
+    """Jobs whose lease ran out: retry within max_restarts, else fail as worker_lost."""
+    count = 0
+    for job in crud.expired_leases(session):
+        if job.status == JobStatus.cancelling:
+            done = crud.finish_job(
+                session,
+                job.id,
+                job.attempt,
+                JobStatus.cancelled,
+                stop_reason="cancelled",
+                reason="worker lost while cancelling",
+            )
+        elif job.attempt <= job.max_restarts:
+            done = crud.requeue(session, job, f"worker lost (lease expired), attempt {job.attempt}")
+            if done:
+                session.commit()
+                dispatch(session, job)
+        else:
+            done = crud.finish_job(
+                session,
+                job.id,
+                job.attempt,
+                JobStatus.failed,
+                stop_reason="worker_lost",
+                error_code="worker_lost",
+                reason="worker lost; max_restarts reached",
+                error=(
+                    f"the worker running attempt {job.attempt} stopped renewing its lease and "
+                    f"max_restarts={job.max_restarts} is used up; resubmit to try again"
+                ),
+            )
+        count += bool(done)
+    return count
+
+
+def _needs_sending(session: Session, job: Job, settings: Settings) -> bool:
+    """Never sent, or sent long ago while a fitting worker sits idle: the message is gone.
+
+    An idle live worker that consumes the job's queue takes a waiting message within
+    moments, so a job still queued dispatch_retry_seconds after its last send, while such a
+    worker idles, has lost its message (a broker restarted empty, P7). A wrong guess costs one
+    duplicate message that the claim ignores; re-sends are at most one per job per
+    dispatch_retry_seconds and happen only while a fitting worker is idle (bounded).
+    """
+    if job.dispatched_at is None:
+        return True
+    if utcnow() - job.dispatched_at < timedelta(seconds=settings.dispatch_retry_seconds):
+        return False
+    idle = [
+        w
+        for w in crud.live_workers(session, 3 * settings.heartbeat_seconds)
+        if w.gpus >= job.gpus and w.current_job_id is None
+    ]
+    return bool(idle)
+
+
+def _queue_expired(job: Job) -> int | None:
+    """max_queue_seconds, if this job has waited longer for its first start."""
+    limit = job.spec.get("max_queue_seconds")
+    # Only a job that never started: one re-queued after a lost worker is bounded by
+    # max_restarts instead, and its age says nothing about its wait.
+    if limit and job.attempt == 0 and utcnow() - job.created_at > timedelta(seconds=limit):
+        return int(limit)
+    return None
+
+
+def expire_and_redispatch(session: Session, settings: Settings) -> None:
+    """Fail jobs past max_queue_seconds; re-send the ones whose message is gone."""
+    broker_down = False
+    for job in crud.queued_jobs(session):
+        limit = _queue_expired(job)
+        if limit is not None:
+            crud.force_fail_queued(
+                session,
+                job,
+                "queue_timeout",
+                f"not started within max_queue_seconds={limit}; no fitting worker was free",
+            )
+            session.commit()
+        elif not broker_down and _needs_sending(session, job, settings):
+            sent = dispatch(session, job)
+            # One failed publish says the broker is down: spare the others the wait this round.
+            broker_down = sent is Sent.broker_down
+            if sent is Sent.published:
+                log.info("re-sent job %s to %s", job.id, job.queue)
+
+
+def run_once(settings: Settings) -> None:
+    with session_scope() as session:
+        reap_lost_workers(session)
+    with session_scope() as session:
+        expire_and_redispatch(session, settings)
+
+
+class MaintenanceThread(threading.Thread):
+    """Calls run_once every maintenance_seconds until stopped."""
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.settings, self._stop_event = settings, threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.settings.maintenance_seconds):
+            try:
+                run_once(self.settings)
+            except Exception:  # a DB or broker hiccup must not end the thread
+                log.warning("maintenance round failed", exc_info=True)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)

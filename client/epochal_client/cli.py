@@ -1,0 +1,261 @@
+"""The `epochal` client commands: talk to a running service through epochal_client.client.
+
+They read EPOCHAL_URL (default http://127.0.0.1:8000) and EPOCHAL_API_KEY, else the key file
+that `epochal up` writes ($EPOCHAL_HOME/api-key).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from epochal_client import render
+from epochal_client.client import ApiError, Client
+from epochal_client.follow import follow_job
+
+# Piped output is for grep and scripts: wide rows, never wrapped at 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 200)
+errors = Console(stderr=True)
+COMMANDS_GROUP = "epochal.commands"  # where a server distribution adds its verbs
+datasets = typer.Typer(help="Data sets: upload and list.", no_args_is_help=True)
+
+
+@contextmanager
+def connect() -> Iterator[Client]:
+    """A client; an API error becomes its message on stderr and exit code 1."""
+    try:
+        with Client() as client:
+            yield client
+    except ApiError as exc:
+        errors.print(f"[red]error:[/] {exc}", markup=True, highlight=False)
+        for item in exc.errors:
+            errors.print(f"  {item.get('field') or 'body'}: {item.get('msg')}", highlight=False)
+        raise typer.Exit(1) from None
+
+
+def load_spec(path: Path, overrides: list[str]) -> dict[str, Any]:
+    """A spec from JSON or YAML, with `a.b.c=VALUE` overrides (VALUE read as JSON or YAML)."""
+    try:
+        spec = yaml.safe_load(path.read_text())  # YAML is a superset of JSON
+    except (OSError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc}") from exc
+    if not isinstance(spec, dict):
+        raise typer.BadParameter(f"{path} must hold a JSON or YAML object")
+    for item in overrides:
+        dotted, sep, raw = item.partition("=")
+        if not sep or not dotted:
+            raise typer.BadParameter(f"--set {item!r}: write FIELD.PATH=VALUE")
+        *parents, leaf = dotted.split(".")
+        node = spec
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise typer.BadParameter(f"--set {item!r}: {part} is not an object")
+        node[leaf] = parse_value(raw)
+    return spec
+
+
+def parse_value(raw: str) -> Any:
+    """JSON when it is JSON (3e-4 is a number, [128, 64] a list), else a YAML scalar."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return yaml.safe_load(raw)
+
+
+def submit(
+    spec_file: Annotated[Path, typer.Argument(help="a job spec, .json or .yaml")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="show progress until the end")
+    ] = False,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a field, repeatable: training.epochs=10"),
+    ] = None,
+) -> None:
+    """Submit a job and print its id; with --follow, exit 0 on succeeded, 1 failed, 3 cancelled."""
+    spec = load_spec(spec_file, set_ or [])
+    with connect() as client:
+        job = client.submit(spec)
+        console.print(job.id, highlight=False)
+        if follow:
+            raise typer.Exit(follow_job(client, job, console))
+
+
+def follow(job_id: Annotated[str, typer.Argument()]) -> None:
+    """Follow a job until it ends (exit code as for submit --follow)."""
+    with connect() as client:
+        raise typer.Exit(follow_job(client, client.get(job_id), console))
+
+
+def jobs(
+    status: Annotated[str | None, typer.Option(help="queued, running, succeeded, …")] = None,
+    framework: Annotated[str | None, typer.Option(help="pytorch or tensorflow")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 20,
+) -> None:
+    """List jobs, newest first."""
+    with connect() as client:
+        console.print(render.jobs_table(client.list(status, framework, limit)))
+
+
+def show(
+    job_id: Annotated[str, typer.Argument()],
+    as_json: Annotated[bool, typer.Option("--json", help="the raw job as JSON")] = False,
+) -> None:
+    """Show one job: status, progress, result, error, transitions."""
+    with connect() as client:
+        job = client.get(job_id)
+    if as_json:
+        print(json.dumps(job.__dict__, default=str, indent=2))
+        return
+    console.print(render.job_details(job))
+    console.print(render.transitions_table(job))
+
+
+def metrics(
+    job_id: Annotated[str, typer.Argument()],
+    csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
+    plot: Annotated[
+        Path | None, typer.Option(help="write loss and accuracy curves to FILE.png")
+    ] = None,
+) -> None:
+    """Per-epoch metrics as a table, CSV, or a plot."""
+    with connect() as client:
+        job, rows = client.get(job_id), client.metrics(job_id)
+    if csv:
+        sys.stdout.write(render.metrics_csv(rows))
+    elif plot is None:
+        console.print(render.metrics_table(rows))
+    if plot is not None:
+        try:
+            render.plot_metrics(job, rows, plot)
+        except RuntimeError as exc:
+            errors.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(1) from None
+        errors.print(f"wrote {plot}")
+
+
+def logs(
+    job_id: Annotated[str, typer.Argument()],
+    tail: Annotated[int, typer.Option(help="lines from the end")] = 200,
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep printing new lines")
+    ] = False,
+) -> None:
+    """The job's log (the training process's output)."""
+    with connect() as client:
+        shown = client.logs(job_id, tail)
+        for line in shown:
+            print(line)
+        while follow_:
+            time.sleep(1.0)
+            ended = client.get(job_id).done  # read the log after this, so its last lines show
+            current = client.logs(job_id, max(tail, 1000))
+            for line in new_lines(shown, current):
+                print(line, flush=True)
+            shown = current
+            follow_ = not ended
+
+
+def new_lines(before: list[str], now: list[str]) -> list[str]:
+    """Lines of `now` after the overlap with `before` (both are tails of the same growing log)."""
+    for shift in range(len(before) + 1):
+        overlap = before[shift:]
+        if now[: len(overlap)] == overlap:
+            return now[len(overlap) :]
+    return now
+
+
+def cancel(job_id: Annotated[str, typer.Argument()]) -> None:
+    """Cancel a job: a queued one never runs; a running one stops at the next step."""
+    with connect() as client:
+        job = client.cancel(job_id)
+    console.print(f"{job.id} {render.status_text(job.status)}")
+
+
+def download(
+    job_id: Annotated[str, typer.Argument()],
+    path: Annotated[Path, typer.Argument(help="file or folder")] = Path("."),
+) -> None:
+    """Download the trained model."""
+    with connect() as client:
+        saved = client.download_model(job_id, path)
+    console.print(f"saved {saved}", highlight=False)
+
+
+@datasets.command("upload")
+def datasets_upload(
+    path: Annotated[Path, typer.Argument(help=".npz with arrays x and y, or .csv")],
+    name: Annotated[str | None, typer.Option(help="default: the file name")] = None,
+    label_column: Annotated[str | None, typer.Option(help="CSV: the label column")] = None,
+    task: Annotated[str | None, typer.Option(help="classification or regression")] = None,
+) -> None:
+    """Upload a data set; prints its id (use it as dataset.id in a spec)."""
+    with connect() as client:
+        dataset = client.upload_dataset(path, name, label_column, task)
+    console.print(dataset.id, highlight=False)
+
+
+@datasets.command("list")
+def datasets_list() -> None:
+    """List uploaded data sets."""
+    with connect() as client:
+        rows = client.datasets()
+    table = Table("id", "name", "task", "samples", "classes", "shape", "created", box=None)
+    for d in rows:
+        table.add_row(
+            d.id,
+            d.name,
+            d.task or "–",
+            render.fmt(d.samples),
+            render.fmt(d.classes),
+            "x".join(map(str, d.shape)) or "–",
+            render.fmt(d.created_at),
+        )
+    console.print(table)
+
+
+def workers() -> None:
+    """Live workers, their GPUs and current job."""
+    with connect() as client:
+        console.print(render.workers_table(client.workers()))
+
+
+def register_client_commands(cli: typer.Typer) -> None:
+    """Add the client commands to a Typer app."""
+    for command in (submit, follow, jobs, show, metrics, logs, cancel, download, workers):
+        cli.command()(command)
+    cli.add_typer(datasets, name="datasets")
+
+
+def build_cli() -> typer.Typer:
+    """The user's `epochal`: the client verbs, plus whatever an installed server adds.
+
+    A server distribution registers a function under the `epochal.commands` entry point group;
+    it gets this Typer app and adds its verbs (up, api, worker, migrate, keys). With the client
+    alone installed there is none, and only the client verbs exist.
+    """
+    cli = typer.Typer(help="epochal: a REST training-job service.", no_args_is_help=True)
+    register_client_commands(cli)
+    for entry in entry_points(group=COMMANDS_GROUP):
+        entry.load()(cli)
+    return cli
+
+
+def main() -> None:
+    build_cli()()
+
+
+if __name__ == "__main__":
+    main()

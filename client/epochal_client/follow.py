@@ -1,0 +1,130 @@
+"""`--follow`: a progress bar over epochs and a live table of the latest metrics until the end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from epochal_client.client import Client
+from epochal_client.render import fmt, status_text
+from epochal_client.types import Event, Job, MetricRow, build
+
+EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 3}
+DETACHED = 130  # Ctrl-C, job left running
+# Short headings so the live table fits an 80-column terminal.
+LIVE_COLUMNS = {
+    "epoch": "epoch",
+    "train_loss": "loss",
+    "val_loss": "val loss",
+    "train_accuracy": "acc",
+    "val_accuracy": "val acc",
+    "train_mae": "mae",
+    "val_mae": "val mae",
+    "learning_rate": "lr",
+    "epoch_seconds": "seconds",
+}
+
+
+@dataclass
+class View:
+    """The live display: a progress bar and the latest epoch's row."""
+
+    job: Job
+    progress: Progress = field(init=False)
+    task: TaskID = field(init=False)
+    latest: MetricRow | None = None
+
+    def __post_init__(self) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("epochs"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[speed]}"),
+        )
+        self.task = self.progress.add_task(
+            status_text(self.job.status),
+            total=self.job.epochs,
+            completed=self.job.current_epoch,
+            speed="",
+        )
+
+    def apply(self, event: Event) -> str | None:
+        """Update from one event; returns a line to print above the display, if any."""
+        if event.type == "epoch":
+            self.latest = build(MetricRow, event.data)
+            speed = self.latest.samples_per_second
+            self.progress.update(
+                self.task,
+                completed=self.latest.epoch,
+                speed=f"{speed:,.0f} samples/s" if speed else "",
+            )
+            return None
+        if event.type == "transition":
+            before, to = event.data.get("from_status") or "–", event.data.get("to_status", "?")
+            self.progress.update(self.task, description=status_text(to))
+            return f"{before} → {status_text(to)}: {event.data.get('reason', '')}"
+        return None
+
+    def render(self) -> Group:
+        if self.latest is None:
+            return Group(self.progress)
+        shown = {k: v for k, v in LIVE_COLUMNS.items() if getattr(self.latest, k) is not None}
+        table = Table(*shown.values(), box=None)
+        table.add_row(*(fmt(getattr(self.latest, k)) for k in shown))
+        return Group(self.progress, table)
+
+
+def _watch(client: Client, view: View, console: Console) -> None:
+    with Live(view.render(), console=console, refresh_per_second=4) as live:
+        for event in client.follow(view.job.id):
+            line = view.apply(event)
+            if line:
+                live.console.print(line)
+            live.update(view.render())
+
+
+def follow_job(client: Client, job: Job, console: Console) -> int:
+    """Follow until the job ends; Ctrl-C asks whether to cancel it. Returns the exit code."""
+    view = View(job)
+    try:
+        _watch(client, view, console)
+    except KeyboardInterrupt:
+        try:
+            cancel = typer.confirm(f"\nCancel job {job.id}?", default=False)
+        except (typer.Abort, EOFError):
+            cancel = False
+        if not cancel:
+            console.print(f"left running; follow again with: epochal follow {job.id}")
+            return DETACHED
+        client.cancel(job.id)
+        console.print("cancel requested; waiting for the job to stop")
+        _watch(client, view, console)
+    console.print()
+    final = client.get(job.id)
+    summary = f"job {final.id} {status_text(final.status)} ({final.stop_reason})"
+    console.print(summary)
+    if final.error:
+        console.print(f"[red]{final.error_code}: {final.error}[/]")
+    for key, value in (final.result or {}).items():
+        if key.endswith(("accuracy", "loss", "mae")):
+            console.print(
+                f"  {key}: {value:.4f}" if isinstance(value, float) else f"  {key}: {value}"
+            )
+    return EXIT_CODES.get(final.status, 1)

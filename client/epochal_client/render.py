@@ -1,0 +1,174 @@
+"""How the client commands show things: rich tables, CSV, and the matplotlib plot of a job."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.table import Column, Table
+
+from epochal_client.types import Job, MetricRow, WorkerInfo
+
+METRIC_COLUMNS = tuple(f.name for f in dataclasses.fields(MetricRow))
+STATUS_STYLE = {
+    "queued": "dim",
+    "running": "cyan",
+    "cancelling": "yellow",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+}
+
+
+def fmt(value: Any) -> str:
+    """Numbers to 4 significant digits, datetimes local and short, None as a dash."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, datetime):
+        return value.astimezone().strftime("%m-%d %H:%M:%S")
+    return str(value)
+
+
+def _when(value: Any) -> Any:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return value
+
+
+def status_text(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
+
+
+def jobs_table(jobs: Sequence[Job]) -> Table:
+    table = Table("name", "framework", "status", "epoch", "best", "created", box=None)
+    table.columns.insert(0, Column("id", no_wrap=True, min_width=36))  # ids are for copying
+    for job in jobs:
+        best = f"{fmt(job.best_metric)} @ {job.best_epoch}" if job.best_epoch else "–"
+        table.add_row(
+            job.id,
+            job.name,
+            job.framework,
+            status_text(job.status),
+            f"{job.current_epoch}/{job.epochs}",
+            best,
+            fmt(job.created_at),
+        )
+    return table
+
+
+def job_details(job: Job) -> Table:
+    table = Table(show_header=False, box=None)
+    rows: list[tuple[str, Any]] = [
+        ("id", job.id),
+        ("name", job.name),
+        ("framework", job.framework),
+        ("status", status_text(job.status)),
+        ("stop reason", job.stop_reason),
+        ("attempt", job.attempt),
+        ("progress", f"{job.current_epoch}/{job.epochs} epochs"),
+        ("best epoch", f"{job.best_epoch} ({fmt(job.best_metric)})" if job.best_epoch else None),
+        ("waiting because", job.wait_reason),
+        ("error", f"[red]{job.error_code}: {job.error}[/]" if job.error else None),
+        ("created", job.created_at),
+        ("started", job.started_at),
+        ("finished", job.finished_at),
+        ("tags", ", ".join(f"{k}={v}" for k, v in job.tags.items()) or None),
+    ]
+    rows += [(f"result.{k}", v) for k, v in (job.result or {}).items()]
+    for label, value in rows:
+        if value is not None:
+            table.add_row(f"[bold]{label}[/]", value if isinstance(value, str) else fmt(value))
+    return table
+
+
+def transitions_table(job: Job) -> Table:
+    table = Table("at", "change", "reason", "attempt", box=None)
+    for t in job.transitions:
+        change = f"{t.get('from_status') or '–'} → {status_text(t['to_status'])}"
+        at, attempt = fmt(_when(t.get("at"))), str(t.get("attempt", ""))
+        table.add_row(at, change, t.get("reason", ""), attempt)
+    return table
+
+
+def used_columns(rows: Sequence[MetricRow]) -> list[str]:
+    """The metric columns that hold a value in some row (accuracy or mae, not both)."""
+    return [c for c in METRIC_COLUMNS if any(getattr(r, c) is not None for r in rows)]
+
+
+def metrics_table(rows: Sequence[MetricRow], columns: Sequence[str] | None = None) -> Table:
+    columns = list(columns or used_columns(rows) or ["epoch"])
+    table = Table(*columns, box=None)
+    for row in rows:
+        table.add_row(*(fmt(getattr(row, c)) for c in columns))
+    return table
+
+
+def metrics_csv(rows: Sequence[MetricRow]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(METRIC_COLUMNS)
+    for row in rows:
+        writer.writerow(
+            ["" if getattr(row, c) is None else getattr(row, c) for c in METRIC_COLUMNS]
+        )
+    return out.getvalue()
+
+
+def workers_table(workers: Sequence[WorkerInfo]) -> Table:
+    table = Table("name", "hostname", "gpus", "devices", "current job", "heartbeat", box=None)
+    for w in workers:
+        devices = ", ".join(
+            str(d.get("name") or d.get("id")) if isinstance(d, dict) else str(d) for d in w.devices
+        )
+        table.add_row(
+            w.name,
+            w.hostname,
+            str(w.gpus),
+            devices or "–",
+            w.current_job_id or "idle",
+            fmt(w.heartbeat_at),
+        )
+    return table
+
+
+def plot_metrics(job: Job, rows: Sequence[MetricRow], path: Path) -> Path:
+    """Loss and accuracy (or MAE) curves, train and validation, the best epoch marked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only; never a window
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as exc:  # the API image does not ship it
+        raise RuntimeError("--plot needs matplotlib: pip install 'epochal[plot]'") from exc
+    metric = "mae" if any(r.train_mae is not None for r in rows) else "accuracy"
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    epochs = [r.epoch for r in rows]
+    for ax, name in zip(axes, ("loss", metric), strict=True):
+        for split, style in (("train", "-o"), ("val", "-s")):
+            values = [getattr(r, f"{split}_{name}") for r in rows]
+            points = [(e, v) for e, v in zip(epochs, values, strict=True) if v is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), style, markersize=3, label=f"{split} {name}")
+        if job.best_epoch:
+            ax.axvline(
+                job.best_epoch, color="green", linestyle="--", label=f"best epoch {job.best_epoch}"
+            )
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("epoch")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    figure.suptitle(f"{job.name} ({job.framework}, {job.status})")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,172 @@
+"""One attempt of one job, in the training process: data, back-end, callbacks, fit, result.
+
+`train` is what worker.child.launch calls: it adds the database's part (the metrics row, forgetting
+rows of epochs a resumed attempt replays) to `run_attempt`, which is the whole attempt without
+a database, so tests and benchmarks run exactly this code in-process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from app.schemas.job_spec import JobSpec, resolved_mode
+from worker.child.sinks import DbMetricRecorder, forget_epochs_after
+from worker.protocol import Outcome
+from worker.training.backend import Backend, Placement, create_backend
+from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
+from worker.training.checkpoint import Checkpointer
+from worker.training.data import DataError, Splits, load_splits
+from worker.training.early_stopping import EarlyStopping
+from worker.training.loop import fit
+from worker.training.schedules import LRSchedule
+
+
+def best_monitor(spec: JobSpec, validate: bool) -> Monitor:
+    """Early stopping's monitor when there is one, else val_loss (or loss without a split)."""
+    es = spec.early_stopping
+    if es is not None:
+        return Monitor(es.monitor, resolved_mode(es.monitor, es.mode), es.min_delta)
+    return Monitor("val_loss" if validate else "loss", "min")
+
+
+def build_callbacks(
+    spec: JobSpec, backend: Backend, monitor: Monitor, record: Sequence[Callback] = ()
+) -> list[Callback]:
+    """In order: schedule, best epoch, early stopping, then `record` (main rank only)."""
+    callbacks: list[Callback] = [
+        LRSchedule(spec.lr_scheduler, spec.optimizer.learning_rate),
+        BestEpoch(monitor),
+    ]
+    es = spec.early_stopping
+    if es is not None:
+        callbacks.append(
+            EarlyStopping(
+                monitor,
+                es.patience,
+                baseline=es.baseline,
+                start_from_epoch=es.start_from_epoch,
+                restore_best_weights=es.restore_best_weights,
+                get_weights=backend.get_weights,
+                set_weights=backend.set_weights,
+            )
+        )
+    return callbacks + list(record)
+
+
+def final_result(
+    backend: Backend, splits: Splits, state: TrainState, logs: Logs, seconds: float
+) -> dict[str, Any]:
+    """Test metrics when the data set has a test split, else validation (or training) ones."""
+    split = "test" if splits.x_test is not None else "val" if splits.x_val is not None else None
+    scores = backend.evaluate(split) if split else {k: v for k, v in logs.items() if "_" not in k}
+    prefix = split or "train"
+    return {
+        **{f"{prefix}_{k}": v for k, v in scores.items()},
+        "evaluated_on": prefix,
+        "best_epoch": state.best_epoch,
+        "stopped_epoch": state.epoch,
+        "restored_best_weights": state.restored_best_weights,
+        "parameters": backend.parameter_count(),
+        **backend.topology(),  # replicas and strategy: what really trained, not what was asked
+        "training_seconds": round(seconds, 3),
+    }
+
+
+class ForgetReplayedEpochs(Callback):
+    """A resumed attempt redoes the epochs after its checkpoint: their old rows go (P35)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+    def on_train_begin(self, state: TrainState) -> None:
+        forget_epochs_after(self.job_id, state.epoch)
+
+
+def train(
+    spec: JobSpec,
+    job_id: str,
+    attempt: int,
+    workdir: Path,
+    placement: Placement,
+    state: TrainState,
+    data_dir: Path,
+    timings: dict[str, float] | None = None,
+) -> Outcome:
+    """Run (or resume) the attempt; returns what the supervisor should record."""
+    timings = {} if timings is None else timings
+    with phase(timings, "data_s"):
+        try:
+            splits = load_splits(spec, data_dir)
+        except DataError as exc:
+            return Outcome.failure("invalid_data", str(exc))
+    with phase(timings, "build_s"):
+        backend = create_backend(spec, splits, placement)
+    record: list[Callback] = []
+    if backend.is_main:
+        rows = DbMetricRecorder(job_id, attempt)
+        record = [ForgetReplayedEpochs(job_id), rows]
+    try:
+        outcome = run_attempt(spec, workdir, backend, splits, state, record, timings)
+    finally:
+        backend.close(exiting=True)  # this process ends with the attempt (worker.child.launch)
+    if backend.is_main and outcome.result:
+        outcome.result["timings"]["db_write_s"] = round(rows.seconds, 4)
+    return outcome
+
+
+@contextmanager
+def phase(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Add the block's wall time to timings[name] (the job's result reports them)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - started
+
+
+def run_attempt(
+    spec: JobSpec,
+    workdir: Path,
+    backend: Backend,
+    splits: Splits,
+    state: TrainState,
+    record: Sequence[Callback] = (),
+    timings: dict[str, float] | None = None,
+) -> Outcome:
+    """Resume from the latest checkpoint in workdir if any, fit, then checkpoint and export."""
+    timings = {} if timings is None else timings
+    validate = splits.x_val is not None
+    callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), record))
+    checkpointer = Checkpointer(workdir / "checkpoints", backend, spec.checkpoint_every_epochs)
+    callbacks.callbacks.append(checkpointer)
+    checkpointer.watch(callbacks)
+    checkpointer.restore(state)
+    started = time.perf_counter()
+    fitted = fit(backend, state, callbacks, validate)
+    seconds = time.perf_counter() - started
+    reason = fitted.stop_reason
+    if reason == "non_finite_loss":  # the last good checkpoint stays the latest
+        return Outcome.failure("non_finite_loss", fitted.stop_detail or "non-finite loss", reason)
+    checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
+    if reason in ("cancelled", "timeout"):
+        status = "cancelled" if reason == "cancelled" else "failed"
+        detail = f"stopped after epoch {state.epoch} of {state.epochs} ({reason})"
+        return Outcome(
+            status,
+            reason,
+            error_code="timeout" if reason == "timeout" else None,
+            error=detail if reason == "timeout" else None,
+        )
+    with phase(timings, "export_s"):
+        if backend.is_main:
+            (workdir / "model").mkdir(parents=True, exist_ok=True)
+            backend.export_model(workdir / "model")
+    with phase(timings, "final_eval_s"):
+        result = final_result(backend, splits, state, fitted.logs, seconds)
+    timings |= {"fit_s": seconds, "checkpoint_s": checkpointer.seconds}
+    result["timings"] = {k: round(v, 4) for k, v in timings.items()}
+    return Outcome("succeeded", reason or "completed", result=result)

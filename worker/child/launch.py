@@ -1,0 +1,238 @@
+"""The training child: `python -m worker.child.launch JOB_ID --attempt N [--rank R]`.
+
+Started (and watched) by worker.supervisor.runner, never imported by the Celery process: the
+framework is imported here, in a fresh process per attempt, so GPU memory, TensorFlow strategies
+and CUDA state die with it (reference/reliability.md P12-P16). A PyTorch DDP job starts one such
+process per rank from here; they share a process group, so a stop signal reaches every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import errno
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from setproctitle import setproctitle
+
+from app.core.config import get_settings
+from app.core.log_setup import configure_logging
+from app.domain.job_log import log_path
+from app.schemas.job_spec import JobSpec
+from worker.protocol import (
+    CHILD_MODULE,
+    DDP_INIT_ENV,
+    EXIT_ORPHANED,
+    SPAWNED_ENV,
+    STOP_SIGNAL,
+    SUPERVISOR_ENV,
+    JobConfigError,
+    Outcome,
+    child_argv,
+    read_stop_reason,
+    write_outcome,
+)
+from worker.training.backend import Placement
+from worker.training.callbacks import TrainState
+
+log = logging.getLogger("epochal.child")
+RANK_GRACE_SECONDS = 60.0
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL us if our supervisor dies, so no orphan keeps training.
+
+    The request only covers a parent that dies *after* it is made: if the supervisor died while
+    this process was starting, we have been re-parented already and must exit ourselves.
+    """
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    # Popped so that DDP ranks started from here (their parent is this process) do not see it.
+    supervisor = os.environ.pop(SUPERVISOR_ENV, None)
+    if supervisor is not None and os.getppid() != int(supervisor):
+        os._exit(EXIT_ORPHANED)
+
+
+def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
+    """On STOP_SIGNAL read why (cancelled | timeout) and let the loop stop at a step boundary."""
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        reason = read_stop_reason(workdir, attempt, default="cancelled")
+        state.interrupt = reason
+        state.request_stop(reason)
+
+    signal.signal(STOP_SIGNAL, on_signal)
+
+
+def placement_for(spec: JobSpec, rank: int) -> Placement:
+    """This process's part: a DDP rank (PyTorch, one process per replica) or every replica
+    of a MirroredStrategy (TensorFlow, one process). DDP ranks split the CPUs this process
+    may run on (its affinity, not the host's core count), so they do not oversubscribe."""
+    replicas = spec.resources.replica_count
+    ddp = spec.framework == "pytorch" and replicas > 1
+    threads = max(1, len(os.sched_getaffinity(0)) // replicas) if ddp else None
+    gpus = ([rank] if ddp else list(range(replicas))) if spec.resources.gpus else []
+    return Placement(
+        replicas=replicas if ddp or spec.framework == "tensorflow" else 1,
+        rank=rank,
+        gpus=gpus,
+        threads=threads,
+    )
+
+
+def run_ranks(job_id: str, attempt: int, workdir: Path, replicas: int) -> int:
+    """Start one process per DDP rank and wait; when one ends, the rest may not linger.
+
+    Ranks agree on when and why to stop, and one that raises breaks the others' collectives,
+    so after a rank exits the others normally exit within moments (rank 0 writing the
+    outcome); one still running after RANK_GRACE_SECONDS is stuck and is killed. A rank
+    killed by a signal cannot take part any more: the others are killed at once.
+    """
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the ranks themselves handle it
+    store = workdir / f"ddp-store-{attempt}"
+    store.unlink(missing_ok=True)
+    env = {**os.environ, DDP_INIT_ENV: f"file://{store}"}
+    ranks = [
+        subprocess.Popen(child_argv(job_id, attempt, rank), env=env) for rank in range(replicas)
+    ]
+    first_exit: float | None = None
+    while any(rank.poll() is None for rank in ranks):
+        codes = [rank.poll() for rank in ranks]
+        if first_exit is None and any(code is not None for code in codes):
+            first_exit = time.monotonic()
+        killed = any(code is not None and code < 0 for code in codes)
+        if killed or (first_exit and time.monotonic() - first_exit > RANK_GRACE_SECONDS):
+            for rank in ranks:
+                if rank.poll() is None:
+                    rank.kill()
+        time.sleep(0.2)
+    store.unlink(missing_ok=True)
+    return next((rank.returncode for rank in ranks if rank.returncode), 0)
+
+
+def classify(exc: BaseException) -> Outcome:
+    """Map an exception to a failure code that tells the supervisor whether to retry."""
+    name = type(exc).__name__
+    text = f"{name}: {exc}"
+    if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
+        return Outcome.failure(
+            "out_of_memory", f"ran out of memory: {text}; use a smaller batch or model"
+        )
+    if isinstance(exc, JobConfigError):
+        return Outcome.failure("invalid_config", f"{exc}; fix the job spec and submit again")
+    if name == "LostOwnership":
+        return Outcome.failure("worker_lost", text)
+    if name in ("OperationalError", "InterfaceError", "DatabaseError"):
+        return Outcome.failure("infrastructure", f"database unavailable: {text}")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+        return Outcome.failure("infrastructure", f"storage trouble on the worker: {text}")
+    return Outcome.failure(
+        "internal_error", f"{text}; GET /v1/jobs/{{id}}/logs shows the traceback"
+    )
+
+
+def wait_for_assignment(framework: str) -> tuple[str, int, float]:
+    """Standby mode (worker.supervisor.standby): import the framework, then wait on stdin."""
+    import importlib
+
+    from worker.training.backend import BACKENDS
+
+    importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
+    importlib.import_module("worker.child.attempt")
+    with contextlib.suppress(ImportError):  # what the digits data set needs, ~0.7 s
+        importlib.import_module("sklearn.datasets")
+    line = sys.stdin.readline()
+    if not line:  # the supervisor went away without a job for us
+        os._exit(0)
+    message = json.loads(line)
+    return str(message["job_id"]), int(message["attempt"]), float(message["sent_at"])
+
+
+def write_output_to(path: Path) -> None:
+    """From now on stdout and stderr go to the job's log (a warm child starts detached)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=CHILD_MODULE)
+    parser.add_argument("job_id", nargs="?")
+    parser.add_argument("--attempt", type=int)
+    parser.add_argument("--rank", type=int, default=None)
+    parser.add_argument("--standby", choices=["pytorch", "tensorflow"], default=None)
+    args = parser.parse_args(argv)
+    if args.standby is None and (args.job_id is None or args.attempt is None):
+        parser.error("JOB_ID and --attempt are required (or --standby FRAMEWORK)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    die_with_parent()
+    settings = get_settings()
+    if args.standby:
+        args.job_id, args.attempt, started = wait_for_assignment(args.standby)
+        # From now on `ps` shows what a cold child would show: the job id and attempt.
+        setproctitle(" ".join(child_argv(args.job_id, args.attempt)))
+        write_output_to(log_path(settings.job_dir(args.job_id)))
+    else:
+        started = float(os.environ.pop(SPAWNED_ENV, time.time()))
+    configure_logging("child", job_id=args.job_id)  # to job.log, the job id on every line
+    workdir = settings.job_dir(args.job_id)
+    spec = JobSpec.model_validate_json((workdir / "spec.json").read_text())
+    placement = placement_for(spec, args.rank or 0)
+    if args.rank is None and spec.framework == "pytorch" and placement.replicas > 1:
+        return run_ranks(args.job_id, args.attempt, workdir, placement.replicas)
+    state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
+    listen_for_stop(state, workdir, args.attempt)
+    from worker.child.attempt import (
+        train,  # after the signal handler: importing a framework is slow
+    )
+
+    timings = {"startup_s": time.time() - started}  # spawn (or hand-over) to training code
+    try:
+        outcome = train(
+            spec,
+            args.job_id,
+            args.attempt,
+            workdir,
+            placement,
+            state,
+            settings.resolved_data_dir,
+            timings,
+        )
+    except BaseException as exc:  # report every failure with a code; the log gets the trace
+        traceback.print_exc()
+        outcome = classify(exc)
+    if placement.is_main:
+        write_outcome(workdir, args.attempt, outcome)
+    log.info("attempt %s ended: %s (%s)", args.attempt, outcome.status, outcome.stop_reason)
+    return 0 if outcome.status != "failed" else 1
+
+
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's teardown of the framework (~1 s): the outcome and the
+    log are written and flushed, and nothing else of this process outlives it."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_now(main())

@@ -1,0 +1,98 @@
+"""The supervisor<->child contract, in one place for both sides: how the child is started (argv,
+environment), how it is asked to stop (a signal plus a file naming why), how it reports (an
+outcome file per attempt, exit codes), and which failure codes a new attempt could fix.
+
+Codes (shown on the job as `error_code`):
+- retried within max_restarts: worker_lost (lease expired / supervisor gone), infrastructure
+  (database or disk trouble), child_killed (the training process died of a signal nobody sent
+  it), child_crashed (it exited without reporting, e.g. an import error on this worker);
+- final: non_finite_loss, invalid_data, invalid_config, out_of_memory, timeout,
+  queue_timeout, internal_error (an unexpected exception: a retry would meet it again).
+Retrying only what a retry can fix stops an OOM-ing or NaN-ing spec from looping (P3, P37).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHILD_MODULE = "worker.child.launch"  # `python -m CHILD_MODULE ...` is the training child
+STOP_SIGNAL = signal.SIGUSR1  # "stop at the next step boundary"; the stop file says why
+SUPERVISOR_ENV = "EPOCHAL_SUPERVISOR_PID"  # the runner tells its child who its parent is
+SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold child
+DDP_INIT_ENV = "EPOCHAL_DDP_INIT"  # the DDP ranks' rendezvous (a file:// URL in the job dir)
+EXIT_ORPHANED = 75  # the child found its supervisor gone before it could start
+RETRYABLE = frozenset({"worker_lost", "infrastructure", "child_killed", "child_crashed"})
+
+
+class JobConfigError(Exception):
+    """The job's own spec cannot run on its data (e.g. a model that does not fit the input).
+
+    Raised by training code for mistakes the user must fix; never retried.
+    """
+
+
+@dataclass
+class Outcome:
+    status: str  # succeeded | failed | cancelled
+    stop_reason: str
+    error_code: str | None = None
+    error: str | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == "failed" and self.error_code in RETRYABLE
+
+    @classmethod
+    def failure(cls, code: str, message: str, stop_reason: str = "error") -> Outcome:
+        return cls("failed", stop_reason, error_code=code, error=message)
+
+
+def outcome_path(workdir: Path, attempt: int) -> Path:
+    return workdir / f"outcome-{attempt}.json"
+
+
+def write_outcome(workdir: Path, attempt: int, outcome: Outcome) -> None:
+    path = outcome_path(workdir, attempt)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(outcome)))
+    os.replace(tmp, path)
+
+
+def read_outcome(workdir: Path, attempt: int) -> Outcome | None:
+    path = outcome_path(workdir, attempt)
+    if not path.exists():
+        return None
+    return Outcome(**json.loads(path.read_text()))
+
+
+def child_argv(job_id: str, attempt: int, rank: int | None = None) -> list[str]:
+    """The command line of a cold training child (and of a DDP rank, with `rank`)."""
+    argv = [sys.executable, "-m", CHILD_MODULE, job_id, "--attempt", str(attempt)]
+    return argv if rank is None else [*argv, "--rank", str(rank)]
+
+
+def standby_argv(framework: str) -> list[str]:
+    """The command line of a warm child that imports `framework` and waits for a job."""
+    return [sys.executable, "-m", CHILD_MODULE, "--standby", framework]
+
+
+def stop_request_path(workdir: Path, attempt: int) -> Path:
+    return workdir / f"stop-{attempt}"
+
+
+def request_stop(workdir: Path, attempt: int, reason: str) -> None:
+    """Write why the child should stop; the caller then sends STOP_SIGNAL."""
+    stop_request_path(workdir, attempt).write_text(reason)
+
+
+def read_stop_reason(workdir: Path, attempt: int, default: str) -> str:
+    """Why the supervisor asked this attempt to stop (`default` when no file says)."""
+    path = stop_request_path(workdir, attempt)
+    return path.read_text().strip() if path.exists() else default

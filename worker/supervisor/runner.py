@@ -1,0 +1,305 @@
+"""Supervises one job attempt: claim, start the training child, watch it, record the end.
+
+The Celery task calls run_job and nothing else. The child is a separate process in its own
+session: this process keeps the job's lease alive, turns a cancel or a deadline into a stop
+signal, escalates to SIGTERM and SIGKILL when the child does not stop, and writes the final
+status from the child's outcome file (or from how it died). It stops the child itself when it
+can no longer prove it holds the lease, so two attempts never train at once (P10).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import OperationalError
+
+from app.core.config import Settings, get_settings
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain.job_log import append_line, log_path
+from app.domain.tables import JobStatus, utcnow
+from app.services.dispatch import dispatch
+from worker.protocol import (
+    SPAWNED_ENV,
+    STOP_SIGNAL,
+    SUPERVISOR_ENV,
+    Outcome,
+    child_argv,
+    read_outcome,
+    request_stop,
+)
+from worker.supervisor.heartbeat import set_current_job
+from worker.supervisor.standby import POOL
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.2
+T = TypeVar("T")
+
+
+@dataclass
+class Attempt:
+    job_id: str
+    attempt: int
+    workdir: Path
+    deadline: float
+    process: subprocess.Popen[bytes]
+    renewed_at: float  # monotonic time just before the last successful lease renewal
+    stop_sent_at: float | None = None
+    stop_reason: str | None = None
+    terminated_at: float | None = None
+    killed_at: float | None = None
+    lost: bool = False
+
+
+def run_job(job_id: str, worker_name: str) -> None:
+    """Claim the job (a duplicate delivery finds it taken and returns) and run one attempt."""
+    settings = get_settings()
+    with session_scope() as session:
+        job = crud.claim_job(session, job_id, worker_name, settings.lease_seconds)
+        if job is None:
+            log.info(
+                "job %s is not queued (taken, cancelled or ended): ignoring the message", job_id
+            )
+            return
+        attempt, spec, started_at = job.attempt, job.spec, job.started_at
+    _set_current_job(worker_name, job_id)
+    try:
+        # max_runtime_seconds counts from the first start, across attempts.
+        assert started_at is not None
+        left = float(spec["max_runtime_seconds"]) - (utcnow() - started_at).total_seconds()
+        if left <= 0:
+            record(settings, job_id, attempt, _out_of_time(spec))
+            return
+        run = start_child(settings, job_id, attempt, spec, left)
+        try:
+            supervise(settings, run)
+        except BaseException:  # never leave a child training without a supervisor
+            _signal(run, signal.SIGKILL)
+            run.process.wait()
+            raise
+        record_end(settings, run)
+    finally:
+        _set_current_job(worker_name, None)
+        warm_up(settings, [spec["framework"]])  # the next job of this kind starts warm
+
+
+def warm_up(settings: Settings, frameworks: list[str]) -> None:
+    """Start the next training process of each framework now (worker.supervisor.standby)."""
+    wanted = [f.strip() for f in settings.warm_frameworks.split(",") if f.strip()]
+    for framework in frameworks:
+        if framework in wanted:
+            POOL.refill(framework, child_env())
+
+
+def child_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        SUPERVISOR_ENV: str(os.getpid()),
+    }
+
+
+def _set_current_job(worker_name: str, job_id: str | None) -> None:
+    try:
+        set_current_job(worker_name, job_id)
+    except OperationalError:  # only the /v1/workers view suffers; the job must go on
+        log.warning("could not update worker %s's current job", worker_name, exc_info=True)
+
+
+def _out_of_time(spec: dict[str, Any]) -> Outcome:
+    limit = spec["max_runtime_seconds"]
+    return Outcome.failure(
+        "timeout", f"max_runtime_seconds={limit} used up by earlier attempts", "timeout"
+    )
+
+
+def start_child(
+    settings: Settings, job_id: str, attempt: int, spec: dict[str, object], seconds: float
+) -> Attempt:
+    workdir = settings.job_dir(job_id)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "spec.json").write_text(json.dumps(spec))
+    append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s)")
+    process = POOL.assign(str(spec["framework"]), job_id, attempt)
+    if process is None:
+        with log_path(workdir).open("ab") as log_file:  # the child keeps its own copy of the fd
+            process = subprocess.Popen(
+                child_argv(job_id, attempt),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**child_env(), SPAWNED_ENV: str(time.time())},
+            )
+    now = time.monotonic()
+    return Attempt(job_id, attempt, workdir, now + seconds, process, renewed_at=now)
+
+
+def supervise(settings: Settings, run: Attempt) -> None:
+    """Until the child exits: renew the lease, relay cancel and deadline, escalate stops."""
+    next_beat = 0.0
+    while run.process.poll() is None:
+        now = time.monotonic()
+        if now >= next_beat:
+            next_beat = now + settings.heartbeat_seconds
+            if not _keep_lease(settings, run, now):
+                break
+        if now >= run.deadline:
+            _request_stop(run, "timeout")
+        _escalate(settings, run, now)
+        try:  # wakes as soon as the child exits, not at the next poll
+            run.process.wait(timeout=POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+    run.process.wait()
+
+
+def _keep_lease(settings: Settings, run: Attempt, now: float) -> bool:
+    """Renew the lease and relay a cancel; False (child killed) once the job is not ours."""
+    try:
+        with session_scope() as session:
+            job = crud.renew_lease(session, run.job_id, run.attempt, settings.lease_seconds)
+            status = job.status if job else None
+    except OperationalError:
+        # The database is away. Our lease still holds until renewed_at + lease; stop training
+        # a heartbeat before that, because the reaper may then hand the job to someone else.
+        log.warning("job %s: lease renewal failed", run.job_id, exc_info=True)
+        if now - run.renewed_at < settings.lease_seconds - settings.heartbeat_seconds:
+            return True
+        _lose(run, "could not renew the lease; stopping before it expires")
+        return False
+    if status is None:
+        _lose(run, "the job is no longer this attempt's (lease expired or re-queued)")
+        return False
+    run.renewed_at = now
+    if status == JobStatus.cancelling:
+        _request_stop(run, "cancelled")
+    return True
+
+
+def _lose(run: Attempt, why: str) -> None:
+    run.lost = True
+    _signal(run, signal.SIGKILL)
+    _note(run, f"{why}: killed the training process")
+
+
+def _note(run: Attempt, text: str) -> None:
+    log.info("job %s attempt %s: %s", run.job_id, run.attempt, text)
+    try:
+        append_line(run.workdir, text)
+    except OSError:
+        log.warning("could not write job %s's log", run.job_id, exc_info=True)
+
+
+def _request_stop(run: Attempt, reason: str) -> None:
+    if run.stop_sent_at is not None:
+        return
+    request_stop(run.workdir, run.attempt, reason)
+    run.stop_sent_at, run.stop_reason = time.monotonic(), reason
+    _signal(run, STOP_SIGNAL)
+    _note(run, f"asked the training process to stop ({reason})")
+
+
+def _escalate(settings: Settings, run: Attempt, now: float) -> None:
+    """A child that ignores the stop request gets SIGTERM after the grace, then SIGKILL."""
+    if run.stop_sent_at is None or now - run.stop_sent_at < settings.cancel_grace_seconds:
+        return
+    if run.terminated_at is None:
+        run.terminated_at = now
+        _signal(run, signal.SIGTERM)
+        _note(run, f"no stop after {settings.cancel_grace_seconds:g}s: sent SIGTERM")
+    elif run.killed_at is None and now - run.terminated_at >= settings.kill_grace_seconds:
+        run.killed_at = now
+        _signal(run, signal.SIGKILL)
+        _note(run, f"still running {settings.kill_grace_seconds:g}s after SIGTERM: sent SIGKILL")
+
+
+def _signal(run: Attempt, signum: int) -> None:
+    try:
+        os.killpg(run.process.pid, signum)  # the child's whole group: every DDP rank too
+    except ProcessLookupError:
+        pass
+
+
+def outcome_of(run: Attempt) -> Outcome:
+    """The child's own report, or what its death tells us."""
+    reported = read_outcome(run.workdir, run.attempt)
+    if reported is not None:
+        return reported
+    code = run.process.returncode
+    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    if run.stop_reason is not None:  # it died after (or instead of) honouring a stop request
+        cancelled = run.stop_reason == "cancelled"
+        return Outcome(
+            "cancelled" if cancelled else "failed",
+            run.stop_reason,
+            error_code=None if cancelled else "timeout",
+            error=f"the training process did not stop in time and was ended ({how})",
+        )
+    if code < 0:
+        return Outcome.failure("child_killed", f"the training process died ({how}); see the log")
+    return Outcome.failure(
+        "child_crashed", f"the training process exited without a result ({how}); see the log"
+    )
+
+
+def record_end(settings: Settings, run: Attempt) -> None:
+    if run.lost:
+        log.warning("job %s attempt %s: lease lost; leaving the job", run.job_id, run.attempt)
+        return
+    outcome = outcome_of(run)
+    _note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
+    _retrying(settings, lambda: record(settings, run.job_id, run.attempt, outcome))
+
+
+def _retrying(settings: Settings, action: Callable[[], T]) -> T:
+    """Ride out a short database outage (bounded by one lease; then the reaper decides)."""
+    deadline, delay = time.monotonic() + settings.lease_seconds, 0.5
+    while True:
+        try:
+            return action()
+        except OperationalError:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("database unavailable; retrying in %.1fs", delay, exc_info=True)
+            time.sleep(delay)
+            delay = min(2 * delay, 5.0)
+
+
+def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> None:
+    """Write the attempt's end: re-queue a retryable failure, else the final status."""
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        if job is None or job.attempt != attempt:
+            return
+        if outcome.retryable and job.status == JobStatus.cancelling:
+            outcome = Outcome("cancelled", "cancelled", error=outcome.error)
+        elif outcome.retryable and attempt <= job.max_restarts:
+            reason = f"attempt {attempt} failed ({outcome.error_code}); retrying"
+            if crud.requeue(session, job, reason):
+                session.commit()
+                dispatch(session, job)
+                return
+        elif outcome.retryable:
+            outcome.error = f"{outcome.error} (attempt {attempt}; max_restarts reached)"
+        crud.finish_job(
+            session,
+            job_id,
+            attempt,
+            JobStatus(outcome.status),
+            stop_reason=outcome.stop_reason,
+            reason=f"attempt {attempt}: {outcome.stop_reason}",
+            error_code=outcome.error_code,
+            error=outcome.error,
+            result=outcome.result or None,
+        )
