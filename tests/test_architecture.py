@@ -26,3 +26,22 @@ def test_api_process_never_loads_a_framework_or_the_worker() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_states_and_file_layout_load_nothing_but_the_stdlib() -> None:
+    # The training core and the client-free tools import these; they must stay this light.
+    code = (
+        "import sys, app.domain.states, app.domain.job_files; "
+        "bad = [m for m in ('sqlalchemy', 'pydantic', 'numpy', 'fastapi') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_the_api_documents_every_status_and_stop_reason() -> None:
+    from app.domain.states import JobStatus, StopReason
+    from app.schemas.api import JobPublic
+
+    fields = JobPublic.model_fields
+    assert fields["status"].description == " | ".join(JobStatus)
+    assert fields["stop_reason"].description == " | ".join(StopReason)

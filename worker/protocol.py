@@ -2,7 +2,7 @@
 environment), how it is asked to stop (a signal plus a file naming why), how it reports (an
 outcome file per attempt, exit codes), and which failure codes a new attempt could fix.
 
-Codes (shown on the job as `error_code`):
+Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them all):
 - retried within max_restarts: worker_lost (lease expired / supervisor gone), infrastructure
   (database or disk trouble), child_killed (the training process died of a signal nobody sent
   it), child_crashed (it exited without reporting, e.g. an import error on this worker);
@@ -21,13 +21,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.domain.job_files import JobFiles
+from app.domain.states import ErrorCode, JobStatus, StopReason
+
 CHILD_MODULE = "worker.child.launch"  # `python -m CHILD_MODULE ...` is the training child
 STOP_SIGNAL = signal.SIGUSR1  # "stop at the next step boundary"; the stop file says why
 SUPERVISOR_ENV = "EPOCHAL_SUPERVISOR_PID"  # the runner tells its child who its parent is
 SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold child
 DDP_INIT_ENV = "EPOCHAL_DDP_INIT"  # the DDP ranks' rendezvous (a file:// URL in the job dir)
 EXIT_ORPHANED = 75  # the child found its supervisor gone before it could start
-RETRYABLE = frozenset({"worker_lost", "infrastructure", "child_killed", "child_crashed"})
+RETRYABLE = frozenset(
+    {
+        ErrorCode.worker_lost,
+        ErrorCode.infrastructure,
+        ErrorCode.child_killed,
+        ErrorCode.child_crashed,
+    }
+)
 
 
 class JobConfigError(Exception):
@@ -39,23 +49,32 @@ class JobConfigError(Exception):
 
 @dataclass
 class Outcome:
-    status: str  # succeeded | failed | cancelled
-    stop_reason: str
-    error_code: str | None = None
+    """How an attempt ended, as the child reports it (or the supervisor infers it)."""
+
+    status: JobStatus  # succeeded | failed | cancelled
+    stop_reason: StopReason
+    error_code: ErrorCode | None = None
     error: str | None = None
     result: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # From the outcome file these arrive as plain strings.
+        self.status, self.stop_reason = JobStatus(self.status), StopReason(self.stop_reason)
+        self.error_code = None if self.error_code is None else ErrorCode(self.error_code)
+
     @property
     def retryable(self) -> bool:
-        return self.status == "failed" and self.error_code in RETRYABLE
+        return self.status == JobStatus.failed and self.error_code in RETRYABLE
 
     @classmethod
-    def failure(cls, code: str, message: str, stop_reason: str = "error") -> Outcome:
-        return cls("failed", stop_reason, error_code=code, error=message)
+    def failure(
+        cls, code: ErrorCode, message: str, stop_reason: StopReason = StopReason.error
+    ) -> Outcome:
+        return cls(JobStatus.failed, stop_reason, error_code=code, error=message)
 
 
 def outcome_path(workdir: Path, attempt: int) -> Path:
-    return workdir / f"outcome-{attempt}.json"
+    return JobFiles(workdir).outcome(attempt)
 
 
 def write_outcome(workdir: Path, attempt: int, outcome: Outcome) -> None:
@@ -84,15 +103,18 @@ def standby_argv(framework: str) -> list[str]:
 
 
 def stop_request_path(workdir: Path, attempt: int) -> Path:
-    return workdir / f"stop-{attempt}"
+    return JobFiles(workdir).stop_request(attempt)
 
 
-def request_stop(workdir: Path, attempt: int, reason: str) -> None:
+def request_stop(workdir: Path, attempt: int, reason: StopReason) -> None:
     """Write why the child should stop; the caller then sends STOP_SIGNAL."""
     stop_request_path(workdir, attempt).write_text(reason)
 
 
-def read_stop_reason(workdir: Path, attempt: int, default: str) -> str:
+def read_stop_reason(workdir: Path, attempt: int, default: StopReason) -> StopReason:
     """Why the supervisor asked this attempt to stop (`default` when no file says)."""
     path = stop_request_path(workdir, attempt)
-    return path.read_text().strip() if path.exists() else default
+    try:
+        return StopReason(path.read_text().strip())
+    except (FileNotFoundError, ValueError):  # no file (or no reason we know): the default
+        return default

@@ -1,4 +1,5 @@
-"""Dependencies shared by the routes: a DB session per request, the caller's key, job lookup."""
+"""Dependencies shared by the routes: a DB session per request, the caller's key, job lookup,
+the check that a job may use its uploaded data set."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from app.core.db import DB_SLOTS, session_factory
-from app.domain import crud
+from app.domain import crud, datasets
 from app.domain.keys import verify
 from app.domain.tables import ApiKey, Job
+from app.schemas.job_spec import JobSpec
 
 bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 
@@ -104,3 +107,12 @@ def get_job_or_404(
 
 
 JobDep = Annotated[Job, Depends(get_job_or_404)]
+
+
+def check_job_dataset(session: Session, key: ApiKey, spec: JobSpec) -> None:
+    """422 naming dataset.id when the job's upload is missing, not the caller's, or unfit."""
+    problem = datasets.problem_for_spec(session, spec, key)
+    if problem is not None:
+        raise RequestValidationError(
+            [{"loc": ("body", "dataset", "id"), "msg": problem, "type": "value_error"}]
+        )

@@ -123,9 +123,6 @@ class Settings(BaseSettings):
     def resolved_api_key_file(self) -> Path:
         return (self.api_key_file or self.resolved_home / "api-key").expanduser().resolve()
 
-    def job_dir(self, job_id: str) -> Path:
-        return self.resolved_artifacts_dir / job_id
-
 
 @lru_cache
 def get_settings() -> Settings:

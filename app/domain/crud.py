@@ -16,15 +16,8 @@ from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from app.domain.tables import (
-    ACTIVE,
-    TERMINAL,
-    Job,
-    JobStatus,
-    JobTransition,
-    Worker,
-    utcnow,
-)
+from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
+from app.domain.tables import Job, JobTransition, Worker, utcnow
 from app.schemas.job_spec import JobSpec
 
 
@@ -168,7 +161,7 @@ def request_cancel(session: Session, job: Job) -> Job:
     target = JobStatus.cancelled if before == JobStatus.queued else JobStatus.cancelling
     values: dict[str, Any] = {"status": target, "cancel_requested_at": now, "updated_at": now}
     if target == JobStatus.cancelled:
-        values |= {"finished_at": now, "stop_reason": "cancelled"}
+        values |= {"finished_at": now, "stop_reason": StopReason.cancelled}
     changed = session.execute(
         update(Job).where(Job.id == job.id, Job.status == before).values(**values)
     ).rowcount
@@ -185,9 +178,9 @@ def finish_job(
     attempt: int,
     status: JobStatus,
     *,
-    stop_reason: str | None,
+    stop_reason: StopReason | None,
     reason: str,
-    error_code: str | None = None,
+    error_code: ErrorCode | None = None,
     error: str | None = None,
     result: Mapping[str, Any] | None = None,
 ) -> bool:
@@ -287,7 +280,7 @@ def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None
     return "waiting to be picked up"
 
 
-def force_fail_queued(session: Session, job: Job, code: str, message: str) -> bool:
+def force_fail_queued(session: Session, job: Job, code: ErrorCode, message: str) -> bool:
     """Queued -> failed without running (queue timeout)."""
     now = utcnow()
     failed = session.execute(
@@ -295,7 +288,7 @@ def force_fail_queued(session: Session, job: Job, code: str, message: str) -> bo
         .where(Job.id == job.id, Job.status == JobStatus.queued)
         .values(
             status=JobStatus.failed,
-            stop_reason=code,
+            stop_reason=StopReason(code),
             error_code=code,
             error=message,
             finished_at=now,

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain.tables import ACTIVE, ApiKey, Dataset, Job, JobStatus
+from app.domain.states import ACTIVE, JobStatus
+from app.domain.tables import ApiKey, Dataset, Job
 from app.schemas.job_spec import JobSpec, check_model_for_data
 
 UNFINISHED = (JobStatus.queued, *ACTIVE)

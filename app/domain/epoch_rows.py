@@ -11,7 +11,8 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from app.domain.tables import ACTIVE, METRIC_FIELDS, EpochMetric, Job, utcnow
+from app.domain.states import ACTIVE
+from app.domain.tables import METRIC_FIELDS, EpochMetric, Job, utcnow
 
 
 def clean(value: Any) -> float | None:

@@ -1,7 +1,7 @@
 """A job's log file: the training child's output plus the supervisor's notes, one per job.
 
-The worker appends to it; GET /v1/jobs/{id}/logs reads its tail. Both sides only agree on the
-path, which comes from the job id (never from the user), so no request can name another file.
+The worker appends to it; GET /v1/jobs/{id}/logs reads its tail. Both sides take the path from
+app.domain.job_files, from the job id (never from the user), so no request can name another file.
 """
 
 from __future__ import annotations
@@ -10,14 +10,11 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-JOB_LOG = "job.log"
+from app.domain.job_files import JobFiles
+
 MAX_TAIL_BYTES = 1 << 20  # a tail never reads more than this, whatever N asks for
 MAX_LINE_CHARS = 4096
 _BLOCK = 64 * 1024
-
-
-def log_path(job_dir: Path) -> Path:
-    return job_dir / JOB_LOG
 
 
 def append_line(job_dir: Path, text: str) -> None:
@@ -25,7 +22,7 @@ def append_line(job_dir: Path, text: str) -> None:
     job_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
     line = f"{stamp} supervisor: {text}\n".encode()
-    fd = os.open(log_path(job_dir), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(JobFiles(job_dir).log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line)
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +21,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.domain.states import JobStatus
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -55,19 +56,6 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
-
-
-class JobStatus(enum.StrEnum):
-    queued = "queued"
-    running = "running"
-    cancelling = "cancelling"
-    succeeded = "succeeded"
-    failed = "failed"
-    cancelled = "cancelled"
-
-
-TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
-ACTIVE = frozenset({JobStatus.running, JobStatus.cancelling})
 
 
 class Base(DeclarativeBase):

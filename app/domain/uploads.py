@@ -3,7 +3,7 @@
 Runs in the API process on the file the multipart parser spooled. Nothing is written under the
 data dir until every check passed, and the stored file is written under a temporary name and
 renamed, so a failed or interrupted upload leaves nothing behind (reliability P33, P44, P45).
-The stored layout is what worker.training.uploads reads: `x` (uint8 or float32), `y` (int64
+The stored layout is what worker.training.data.uploads reads: `x` (uint8 or float32), `y` (int64
 class indices or float32 targets), optionally `x_test` and `y_test`.
 """
 
@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from app.domain.job_files import upload_path
 
 ARRAYS = ("x", "y", "x_test", "y_test")
 ZIP_MAGIC = b"PK\x03\x04"
@@ -244,11 +246,6 @@ def validate(arrays: Arrays, task: str) -> tuple[Arrays, Summary]:
         classes=classes,
     )
     return Arrays(x, y, x_test, y_test), summary
-
-
-def upload_path(data_dir: Path, dataset_id: str) -> Path:
-    """Where an upload lives; ids are server-made UUIDs, never a client's path."""
-    return data_dir / "uploads" / f"{dataset_id}.npz"
 
 
 def store(arrays: Arrays, data_dir: Path, dataset_id: str) -> Path:

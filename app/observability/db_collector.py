@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.core.db import session_factory
-from app.domain.tables import EpochMetric, Job, JobStatus, Worker, utcnow
+from app.domain.states import JobStatus
+from app.domain.tables import EpochMetric, Job, Worker, utcnow
 
 FRAMEWORKS = ("pytorch", "tensorflow")
 EPOCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)

@@ -24,7 +24,8 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from app.core.db import session_factory
-from app.domain.tables import METRIC_FIELDS, TERMINAL, EpochMetric, JobTransition
+from app.domain.states import TERMINAL
+from app.domain.tables import METRIC_FIELDS, EpochMetric, JobTransition
 from app.observability.telemetry import EVENT_POLLS
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.tables import Job, JobStatus, utcnow
+from app.domain.states import ErrorCode, JobStatus, StopReason
+from app.domain.tables import Job, utcnow
 from app.services.dispatch import Sent, dispatch
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ def reap_lost_workers(session: Session) -> int:
                 job.id,
                 job.attempt,
                 JobStatus.cancelled,
-                stop_reason="cancelled",
+                stop_reason=StopReason.cancelled,
                 reason="worker lost while cancelling",
             )
         elif job.attempt <= job.max_restarts:
@@ -45,8 +46,8 @@ def reap_lost_workers(session: Session) -> int:
                 job.id,
                 job.attempt,
                 JobStatus.failed,
-                stop_reason="worker_lost",
-                error_code="worker_lost",
+                stop_reason=StopReason.worker_lost,
+                error_code=ErrorCode.worker_lost,
                 reason="worker lost; max_restarts reached",
                 error=(
                     f"the worker running attempt {job.attempt} stopped renewing its lease and "
@@ -97,7 +98,7 @@ def expire_and_redispatch(session: Session, settings: Settings) -> None:
             crud.force_fail_queued(
                 session,
                 job,
-                "queue_timeout",
+                ErrorCode.queue_timeout,
                 f"not started within max_queue_seconds={limit}; no fitting worker was free",
             )
             session.commit()

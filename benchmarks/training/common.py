@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from worker.training.data import find_idx, read_idx
+from worker.training.data.idx import find_idx, read_idx
 
 DATA_DIR = Path(tempfile.gettempdir()) / "epochal-bench-data"  # empty: the system copy is used
 SAMPLES = 60_000

@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.tables import JobStatus
+from app.domain.job_files import JobFiles
+from app.domain.states import JobStatus
 from tests.conftest import make_key
 
 BODY = {"framework": "pytorch", "dataset": {"name": "digits"}, "name": "my job"}
@@ -30,24 +31,24 @@ def client(sqlite_env: dict[str, str]) -> Iterator[TestClient]:
         yield test_client
 
 
-def job_with_files(client: TestClient, status: JobStatus) -> tuple[str, Path]:
+def job_with_files(client: TestClient, status: JobStatus) -> tuple[str, JobFiles]:
     """A job moved through the real state machine, with files where the worker puts them."""
     job_id = client.post("/v1/jobs", json=BODY).json()["id"]
     with session_scope() as session:
         crud.claim_job(session, job_id, "w1", 30)
         if status != JobStatus.running:
             crud.finish_job(session, job_id, 1, status, stop_reason="completed", reason="test")
-    root = get_settings().job_dir(job_id)
-    (root / "model").mkdir(parents=True)
-    (root / "model" / "model.pt").write_bytes(b"w" * 100)
-    checkpoint = root / "checkpoints" / "epoch-0003"
+    files = JobFiles.of(get_settings().resolved_artifacts_dir, job_id)
+    files.model_dir.mkdir(parents=True)
+    files.model("pytorch").write_bytes(b"w" * 100)
+    checkpoint = files.checkpoints / "epoch-0003"
     checkpoint.mkdir(parents=True)
     (checkpoint / "model.pt").write_bytes(b"c" * 40)
     (checkpoint / "loop.json").write_bytes(b"{}")
-    (root / "checkpoints" / "latest").write_text("epoch-0003")
-    (root / "spec.json").write_text("{}")
-    (root / "job.log").write_text("hello\n")
-    return job_id, root
+    files.latest.write_text("epoch-0003")
+    files.spec.write_text("{}")
+    files.log.write_text("hello\n")
+    return job_id, files
 
 
 def test_a_succeeded_job_lists_its_files_and_serves_its_model(client: TestClient) -> None:
@@ -81,14 +82,14 @@ def test_no_model_until_the_job_succeeded(client: TestClient) -> None:
 
 
 def test_nothing_outside_the_job_directory_is_read(client: TestClient, tmp_path: Path) -> None:
-    job_id, root = job_with_files(client, JobStatus.succeeded)
+    job_id, files = job_with_files(client, JobStatus.succeeded)
     secret = tmp_path / "secret"
     secret.write_text("private")
-    (root / "model" / "model.pt").unlink()
-    (root / "model" / "model.pt").symlink_to(secret)
-    (root / "checkpoints" / "latest").write_text("../../../")
-    (root / "job.log").unlink()
-    (root / "job.log").symlink_to(secret)
+    files.model("pytorch").unlink()
+    files.model("pytorch").symlink_to(secret)
+    files.latest.write_text("../../../")
+    files.log.unlink()
+    files.log.symlink_to(secret)
     kinds = [item["kind"] for item in client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]]
     assert kinds == ["spec"]
     assert client.get(f"/v1/jobs/{job_id}/artifacts/model").status_code == 404

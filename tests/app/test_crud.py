@@ -10,7 +10,8 @@ from sqlalchemy import update
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
-from app.domain.tables import Job, JobStatus, utcnow
+from app.domain.states import JobStatus
+from app.domain.tables import Job, utcnow
 from app.schemas.job_spec import JobSpec
 from app.services.maintenance import reap_lost_workers
 

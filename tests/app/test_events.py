@@ -10,7 +10,7 @@ import pytest
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
-from app.domain.tables import JobStatus
+from app.domain.states import JobStatus
 from app.schemas.job_spec import JobSpec
 from app.services.live_events import Cursor, Event, EventHub, read_new_events
 

@@ -13,7 +13,8 @@ from sqlalchemy import update
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.tables import Job, JobStatus, Worker, utcnow
+from app.domain.states import JobStatus
+from app.domain.tables import Job, Worker, utcnow
 from app.schemas.job_spec import JobSpec
 from app.services.dispatch import Sent, dispatch
 from app.services.maintenance import expire_and_redispatch

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from app.domain.job_files import JobFiles
 from epochal_client.client import Client
 from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service, wait_until
 
@@ -89,7 +90,7 @@ def test_submit_follow_then_metrics_as_csv_and_plot(service: Service, tmp_path: 
 def check_json_logs(service: Service, job_id: str) -> None:
     """API, worker and training child: JSON lines, and each line about the job carries its id."""
     home = Path(service.env["EPOCHAL_HOME"])
-    child = (home / "artifacts" / job_id / "job.log").read_text().splitlines()
+    child = JobFiles.of(home / "artifacts", job_id).log.read_text().splitlines()
     records = [json.loads(line) for line in child if line.startswith("{")]
     assert records and all(r["job_id"] == job_id and r["component"] == "child" for r in records)
     for name in ("api", "worker"):

@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from celery import Celery
 
+from app.domain.job_files import JobFiles
 from app.services.queue import TRAIN_TASK
 from tests.e2e.procs import alive, parent_of, training_children
 from tests.helpers import Service, running_service, wait_for_status, wait_until
@@ -209,8 +210,8 @@ def test_runtime_limit_stops_with_a_final_checkpoint(
     )
     finished = epochs_done(client, job_id)
     assert 1 <= finished < 200 and done["attempt"] == 1
-    checkpoints = Path(service.env["EPOCHAL_HOME"]) / "artifacts" / job_id / "checkpoints"
-    assert (checkpoints / "latest").read_text().strip() == f"epoch-{finished:04d}"
+    files = JobFiles.of(Path(service.env["EPOCHAL_HOME"]) / "artifacts", job_id)
+    assert files.latest.read_text().strip() == f"epoch-{finished:04d}"
 
 
 def test_queue_timeout_fails_a_job_no_worker_can_take(client: httpx.Client) -> None:
@@ -261,7 +262,9 @@ def test_cancel_racing_completion_both_orders(service: Service, client: httpx.Cl
         # the last epoch and before the end is recorded, deterministically.
         freeze_between_transactions(service, supervisor)
         try:
-            outcome = Path(service.env["EPOCHAL_HOME"]) / "artifacts" / job_id / "outcome-1.json"
+            outcome = JobFiles.of(Path(service.env["EPOCHAL_HOME"]) / "artifacts", job_id).outcome(
+                1
+            )
             wait_until(outcome.exists, 60, "the child's outcome")
             cancel = client.post(f"/v1/jobs/{job_id}/cancel")
             assert cancel.status_code == 200 and cancel.json()["status"] == "cancelling"

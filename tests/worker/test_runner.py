@@ -15,8 +15,9 @@ import pytest
 from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.job_log import log_path
-from app.domain.tables import Job, JobStatus
+from app.domain.job_files import JobFiles
+from app.domain.states import JobStatus
+from app.domain.tables import Job
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT, clear_caches, free_port
 from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv
@@ -57,7 +58,7 @@ def running_job(max_restarts: int = 1) -> Job:
 
 def attempt_of(job: Job, settings: Settings, code: str, deadline: float = 1e12) -> Attempt:
     """A real child in its own session, as worker.supervisor.runner starts them."""
-    workdir = settings.job_dir(job.id)
+    workdir = JobFiles.of(settings.resolved_artifacts_dir, job.id).root
     workdir.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
@@ -87,7 +88,7 @@ def test_child_ignoring_stop_gets_sigterm_then_sigkill(settings: Settings) -> No
     done = stored(job.id)
     assert (done.status, done.stop_reason, done.error_code) == ("failed", "timeout", "timeout")
     assert "did not stop in time" in (done.error or "")
-    notes = log_path(run.workdir).read_text()
+    notes = JobFiles(run.workdir).log.read_text()
     assert "sent SIGTERM" in notes and "sent SIGKILL" in notes
 
 
@@ -195,7 +196,8 @@ def test_runtime_used_up_by_earlier_attempts_ends_without_starting(settings: Set
     runner.run_job(job.id, "w2")
     done = stored(job.id)
     assert (done.status, done.stop_reason, done.attempt) == ("failed", "timeout", 2)
-    assert not (settings.job_dir(job.id) / "spec.json").exists()  # no child was started
+    spec_file = JobFiles.of(settings.resolved_artifacts_dir, job.id).spec
+    assert not spec_file.exists()  # no child was started
 
 
 def test_child_whose_supervisor_already_died_exits_at_once(tmp_path: Path) -> None:

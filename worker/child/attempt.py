@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from app.domain.job_files import JobFiles
+from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import JobSpec, resolved_mode
 from worker.child.sinks import DbMetricRecorder, forget_epochs_after
 from worker.protocol import Outcome
@@ -102,7 +104,7 @@ def train(
         try:
             splits = load_splits(spec, data_dir)
         except DataError as exc:
-            return Outcome.failure("invalid_data", str(exc))
+            return Outcome.failure(ErrorCode.invalid_data, str(exc))
     with phase(timings, "build_s"):
         backend = create_backend(spec, splits, placement)
     record: list[Callback] = []
@@ -141,7 +143,8 @@ def run_attempt(
     timings = {} if timings is None else timings
     validate = splits.x_val is not None
     callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), record))
-    checkpointer = Checkpointer(workdir / "checkpoints", backend, spec.checkpoint_every_epochs)
+    files = JobFiles(workdir)
+    checkpointer = Checkpointer(files.checkpoints, backend, spec.checkpoint_every_epochs)
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)
     checkpointer.restore(state)
@@ -149,24 +152,25 @@ def run_attempt(
     fitted = fit(backend, state, callbacks, validate)
     seconds = time.perf_counter() - started
     reason = fitted.stop_reason
-    if reason == "non_finite_loss":  # the last good checkpoint stays the latest
-        return Outcome.failure("non_finite_loss", fitted.stop_detail or "non-finite loss", reason)
+    if reason == StopReason.non_finite_loss:  # the last good checkpoint stays the latest
+        detail = fitted.stop_detail or "non-finite loss"
+        return Outcome.failure(ErrorCode.non_finite_loss, detail, reason)
     checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
-    if reason in ("cancelled", "timeout"):
-        status = "cancelled" if reason == "cancelled" else "failed"
+    if reason in (StopReason.cancelled, StopReason.timeout):
+        timeout = reason == StopReason.timeout
         detail = f"stopped after epoch {state.epoch} of {state.epochs} ({reason})"
         return Outcome(
-            status,
+            JobStatus.failed if timeout else JobStatus.cancelled,
             reason,
-            error_code="timeout" if reason == "timeout" else None,
-            error=detail if reason == "timeout" else None,
+            error_code=ErrorCode.timeout if timeout else None,
+            error=detail if timeout else None,
         )
     with phase(timings, "export_s"):
         if backend.is_main:
-            (workdir / "model").mkdir(parents=True, exist_ok=True)
-            backend.export_model(workdir / "model")
+            files.model_dir.mkdir(parents=True, exist_ok=True)
+            backend.export_model(files.model_dir)
     with phase(timings, "final_eval_s"):
         result = final_result(backend, splits, state, fitted.logs, seconds)
     timings |= {"fit_s": seconds, "checkpoint_s": checkpointer.seconds}
     result["timings"] = {k: round(v, 4) for k, v in timings.items()}
-    return Outcome("succeeded", reason or "completed", result=result)
+    return Outcome(JobStatus.succeeded, reason or StopReason.completed, result=result)

@@ -26,7 +26,8 @@ from setproctitle import setproctitle
 
 from app.core.config import get_settings
 from app.core.log_setup import configure_logging
-from app.domain.job_log import log_path
+from app.domain.job_files import JobFiles
+from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import JobSpec
 from worker.protocol import (
     CHILD_MODULE,
@@ -68,7 +69,7 @@ def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
     """On STOP_SIGNAL read why (cancelled | timeout) and let the loop stop at a step boundary."""
 
     def on_signal(_signum: int, _frame: object) -> None:
-        reason = read_stop_reason(workdir, attempt, default="cancelled")
+        reason = read_stop_reason(workdir, attempt, default=StopReason.cancelled)
         state.interrupt = reason
         state.request_stop(reason)
 
@@ -100,7 +101,7 @@ def run_ranks(job_id: str, attempt: int, workdir: Path, replicas: int) -> int:
     killed by a signal cannot take part any more: the others are killed at once.
     """
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the ranks themselves handle it
-    store = workdir / f"ddp-store-{attempt}"
+    store = JobFiles(workdir).ddp_store(attempt)
     store.unlink(missing_ok=True)
     env = {**os.environ, DDP_INIT_ENV: f"file://{store}"}
     ranks = [
@@ -127,18 +128,20 @@ def classify(exc: BaseException) -> Outcome:
     text = f"{name}: {exc}"
     if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
         return Outcome.failure(
-            "out_of_memory", f"ran out of memory: {text}; use a smaller batch or model"
+            ErrorCode.out_of_memory, f"ran out of memory: {text}; use a smaller batch or model"
         )
     if isinstance(exc, JobConfigError):
-        return Outcome.failure("invalid_config", f"{exc}; fix the job spec and submit again")
+        return Outcome.failure(
+            ErrorCode.invalid_config, f"{exc}; fix the job spec and submit again"
+        )
     if name == "LostOwnership":
-        return Outcome.failure("worker_lost", text)
+        return Outcome.failure(ErrorCode.worker_lost, text)
     if name in ("OperationalError", "InterfaceError", "DatabaseError"):
-        return Outcome.failure("infrastructure", f"database unavailable: {text}")
+        return Outcome.failure(ErrorCode.infrastructure, f"database unavailable: {text}")
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
-        return Outcome.failure("infrastructure", f"storage trouble on the worker: {text}")
+        return Outcome.failure(ErrorCode.infrastructure, f"storage trouble on the worker: {text}")
     return Outcome.failure(
-        "internal_error", f"{text}; GET /v1/jobs/{{id}}/logs shows the traceback"
+        ErrorCode.internal_error, f"{text}; GET /v1/jobs/{{id}}/logs shows the traceback"
     )
 
 
@@ -189,12 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         args.job_id, args.attempt, started = wait_for_assignment(args.standby)
         # From now on `ps` shows what a cold child would show: the job id and attempt.
         setproctitle(" ".join(child_argv(args.job_id, args.attempt)))
-        write_output_to(log_path(settings.job_dir(args.job_id)))
+        write_output_to(JobFiles.of(settings.resolved_artifacts_dir, args.job_id).log)
     else:
         started = float(os.environ.pop(SPAWNED_ENV, time.time()))
     configure_logging("child", job_id=args.job_id)  # to job.log, the job id on every line
-    workdir = settings.job_dir(args.job_id)
-    spec = JobSpec.model_validate_json((workdir / "spec.json").read_text())
+    files = JobFiles.of(settings.resolved_artifacts_dir, args.job_id)
+    workdir = files.root
+    spec = JobSpec.model_validate_json(files.spec.read_text())
     placement = placement_for(spec, args.rank or 0)
     if args.rank is None and spec.framework == "pytorch" and placement.replicas > 1:
         return run_ranks(args.job_id, args.attempt, workdir, placement.replicas)
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if placement.is_main:
         write_outcome(workdir, args.attempt, outcome)
     log.info("attempt %s ended: %s (%s)", args.attempt, outcome.status, outcome.stop_reason)
-    return 0 if outcome.status != "failed" else 1
+    return 0 if outcome.status != JobStatus.failed else 1
 
 
 def exit_now(code: int) -> None:

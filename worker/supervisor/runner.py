@@ -9,7 +9,6 @@ can no longer prove it holds the lease, so two attempts never train at once (P10
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -18,15 +17,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.job_log import append_line, log_path
-from app.domain.tables import JobStatus, utcnow
+from app.domain.job_files import JobFiles
+from app.domain.job_log import append_line
+from app.domain.states import ErrorCode, JobStatus, StopReason
+from app.domain.tables import utcnow
+from app.schemas.job_spec import JobSpec
 from app.services.dispatch import dispatch
 from worker.protocol import (
     SPAWNED_ENV,
@@ -54,7 +56,7 @@ class Attempt:
     process: subprocess.Popen[bytes]
     renewed_at: float  # monotonic time just before the last successful lease renewal
     stop_sent_at: float | None = None
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     terminated_at: float | None = None
     killed_at: float | None = None
     lost: bool = False
@@ -70,12 +72,13 @@ def run_job(job_id: str, worker_name: str) -> None:
                 "job %s is not queued (taken, cancelled or ended): ignoring the message", job_id
             )
             return
-        attempt, spec, started_at = job.attempt, job.spec, job.started_at
+        attempt, stored, started_at = job.attempt, job.spec, job.started_at
+    spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
     _set_current_job(worker_name, job_id)
     try:
         # max_runtime_seconds counts from the first start, across attempts.
         assert started_at is not None
-        left = float(spec["max_runtime_seconds"]) - (utcnow() - started_at).total_seconds()
+        left = spec.max_runtime_seconds - (utcnow() - started_at).total_seconds()
         if left <= 0:
             record(settings, job_id, attempt, _out_of_time(spec))
             return
@@ -89,7 +92,7 @@ def run_job(job_id: str, worker_name: str) -> None:
         record_end(settings, run)
     finally:
         _set_current_job(worker_name, None)
-        warm_up(settings, [spec["framework"]])  # the next job of this kind starts warm
+        warm_up(settings, [spec.framework])  # the next job of this kind starts warm
 
 
 def warm_up(settings: Settings, frameworks: list[str]) -> None:
@@ -117,23 +120,26 @@ def _set_current_job(worker_name: str, job_id: str | None) -> None:
         log.warning("could not update worker %s's current job", worker_name, exc_info=True)
 
 
-def _out_of_time(spec: dict[str, Any]) -> Outcome:
-    limit = spec["max_runtime_seconds"]
+def _out_of_time(spec: JobSpec) -> Outcome:
+    limit = spec.max_runtime_seconds
     return Outcome.failure(
-        "timeout", f"max_runtime_seconds={limit} used up by earlier attempts", "timeout"
+        ErrorCode.timeout,
+        f"max_runtime_seconds={limit} used up by earlier attempts",
+        StopReason.timeout,
     )
 
 
 def start_child(
-    settings: Settings, job_id: str, attempt: int, spec: dict[str, object], seconds: float
+    settings: Settings, job_id: str, attempt: int, spec: JobSpec, seconds: float
 ) -> Attempt:
-    workdir = settings.job_dir(job_id)
+    files = JobFiles.of(settings.resolved_artifacts_dir, job_id)
+    workdir = files.root
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "spec.json").write_text(json.dumps(spec))
+    files.spec.write_text(spec.model_dump_json())
     append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s)")
-    process = POOL.assign(str(spec["framework"]), job_id, attempt)
+    process = POOL.assign(spec.framework, job_id, attempt)
     if process is None:
-        with log_path(workdir).open("ab") as log_file:  # the child keeps its own copy of the fd
+        with files.log.open("ab") as log_file:  # the child keeps its own copy of the fd
             process = subprocess.Popen(
                 child_argv(job_id, attempt),
                 stdout=log_file,
@@ -155,7 +161,7 @@ def supervise(settings: Settings, run: Attempt) -> None:
             if not _keep_lease(settings, run, now):
                 break
         if now >= run.deadline:
-            _request_stop(run, "timeout")
+            _request_stop(run, StopReason.timeout)
         _escalate(settings, run, now)
         try:  # wakes as soon as the child exits, not at the next poll
             run.process.wait(timeout=POLL_SECONDS)
@@ -183,7 +189,7 @@ def _keep_lease(settings: Settings, run: Attempt, now: float) -> bool:
         return False
     run.renewed_at = now
     if status == JobStatus.cancelling:
-        _request_stop(run, "cancelled")
+        _request_stop(run, StopReason.cancelled)
     return True
 
 
@@ -201,7 +207,7 @@ def _note(run: Attempt, text: str) -> None:
         log.warning("could not write job %s's log", run.job_id, exc_info=True)
 
 
-def _request_stop(run: Attempt, reason: str) -> None:
+def _request_stop(run: Attempt, reason: StopReason) -> None:
     if run.stop_sent_at is not None:
         return
     request_stop(run.workdir, run.attempt, reason)
@@ -239,17 +245,20 @@ def outcome_of(run: Attempt) -> Outcome:
     code = run.process.returncode
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     if run.stop_reason is not None:  # it died after (or instead of) honouring a stop request
-        cancelled = run.stop_reason == "cancelled"
+        cancelled = run.stop_reason == StopReason.cancelled
         return Outcome(
-            "cancelled" if cancelled else "failed",
+            JobStatus.cancelled if cancelled else JobStatus.failed,
             run.stop_reason,
-            error_code=None if cancelled else "timeout",
+            error_code=None if cancelled else ErrorCode.timeout,
             error=f"the training process did not stop in time and was ended ({how})",
         )
     if code < 0:
-        return Outcome.failure("child_killed", f"the training process died ({how}); see the log")
+        return Outcome.failure(
+            ErrorCode.child_killed, f"the training process died ({how}); see the log"
+        )
     return Outcome.failure(
-        "child_crashed", f"the training process exited without a result ({how}); see the log"
+        ErrorCode.child_crashed,
+        f"the training process exited without a result ({how}); see the log",
     )
 
 
@@ -283,7 +292,7 @@ def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> N
         if job is None or job.attempt != attempt:
             return
         if outcome.retryable and job.status == JobStatus.cancelling:
-            outcome = Outcome("cancelled", "cancelled", error=outcome.error)
+            outcome = Outcome(JobStatus.cancelled, StopReason.cancelled, error=outcome.error)
         elif outcome.retryable and attempt <= job.max_restarts:
             reason = f"attempt {attempt} failed ({outcome.error_code}); retrying"
             if crud.requeue(session, job, reason):
@@ -296,7 +305,7 @@ def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> N
             session,
             job_id,
             attempt,
-            JobStatus(outcome.status),
+            outcome.status,
             stop_reason=outcome.stop_reason,
             reason=f"attempt {attempt}: {outcome.stop_reason}",
             error_code=outcome.error_code,

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from app.domain.states import StopReason
+
 Logs = dict[str, float]
 
 
@@ -24,14 +26,14 @@ class TrainState:
     epoch: int = 0
     global_step: int = 0
     should_stop: bool = False
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     stop_detail: str | None = None
     best_epoch: int | None = None
     best_value: float | None = None
     restored_best_weights: bool = False
-    interrupt: str | None = field(default=None, repr=False)  # set by a signal: stop mid-epoch
+    interrupt: StopReason | None = field(default=None, repr=False)  # a signal: stop mid-epoch
 
-    def request_stop(self, reason: str, detail: str | None = None) -> None:
+    def request_stop(self, reason: StopReason, detail: str | None = None) -> None:
         """Ask the loop to stop after this epoch; the first reason given wins."""
         if not self.should_stop:
             self.should_stop, self.stop_reason, self.stop_detail = True, reason, detail

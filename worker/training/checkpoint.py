@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.domain.job_files import latest_pointer
+from app.domain.states import StopReason
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, CallbackList, Logs, TrainState
 
@@ -57,7 +59,7 @@ class Checkpointer(Callback):
         (tmp / LOOP_STATE).write_text(json.dumps(self._loop_state(state)))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
-        _write_atomic(self.root / "latest", final.name)
+        _write_atomic(latest_pointer(self.root), final.name)
         self.saved_epoch = state.epoch
         self._prune(keep_name=final.name)
 
@@ -94,12 +96,12 @@ class Checkpointer(Callback):
 
 
 def _stopped_badly(state: TrainState) -> bool:
-    return state.stop_reason == "non_finite_loss"
+    return state.stop_reason == StopReason.non_finite_loss
 
 
 def latest_checkpoint(root: Path) -> Path | None:
     """The directory `latest` names, if it is complete."""
-    pointer = root / "latest"
+    pointer = latest_pointer(root)
     if not pointer.exists():
         return None
     path = root / pointer.read_text().strip()

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from app.domain.states import StopReason
 from worker.training.callbacks import Callback, Logs, Monitor, TrainState
 
 Weights = list[np.ndarray]
@@ -60,7 +61,7 @@ class EarlyStopping(Callback):
         if self.wait >= self.patience and epoch > 0:
             self.stopped_epoch = epoch
             state.request_stop(
-                "early_stopping",
+                StopReason.early_stopping,
                 f"{self.monitor.monitor} did not improve by more than {self.monitor.min_delta} "
                 f"for {self.wait} epochs; best epoch {self.best_epoch + 1}",
             )

@@ -13,11 +13,17 @@ import math
 import time
 from dataclasses import dataclass
 
+from app.domain.states import StopReason
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
 # Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere.
-STOP_REASONS = ("early_stopping", "cancelled", "timeout", "non_finite_loss")
+STOP_REASONS = (
+    StopReason.early_stopping,
+    StopReason.cancelled,
+    StopReason.timeout,
+    StopReason.non_finite_loss,
+)
 
 
 @dataclass
@@ -25,7 +31,7 @@ class Fitted:
     """How fit ended, as every rank agreed it: the last logs and the stop reason (None: done)."""
 
     logs: Logs
-    stop_reason: str | None
+    stop_reason: StopReason | None
     stop_detail: str | None
 
 
@@ -42,11 +48,11 @@ def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool
         started = time.perf_counter()
         trained = backend.train_epoch(state)
         if trained is None:  # cancel or timeout arrived mid-epoch: keep only finished epochs
-            state.request_stop(state.interrupt or "cancelled")
+            state.request_stop(state.interrupt or StopReason.cancelled)
             continue
         if trained.bad_step is not None:
             state.request_stop(
-                "non_finite_loss",
+                StopReason.non_finite_loss,
                 f"the loss became {trained.logs.get('loss')} at epoch {state.epoch + 1}, "
                 f"step {trained.bad_step}; lower the learning rate or check the data",
             )
@@ -73,7 +79,7 @@ def agree_on_stop(backend: Backend, state: TrainState) -> bool:
     """Every rank adopts the highest-priority stop any rank asked for (one collective)."""
     mine = 0
     if state.should_stop:
-        reason = state.stop_reason if state.stop_reason in STOP_REASONS else "cancelled"
+        reason = state.stop_reason if state.stop_reason in STOP_REASONS else StopReason.cancelled
         mine = STOP_REASONS.index(reason) + 1
     agreed = backend.agree(mine)
     if agreed == 0:

@@ -14,18 +14,20 @@ from fastapi.responses import FileResponse
 
 from app.api.deps import JobDep, SessionDep
 from app.core.config import get_settings
-from app.domain.tables import Dataset, Job, JobStatus
+from app.domain.job_files import MODEL_FILES, JobFiles
+from app.domain.states import JobStatus
+from app.domain.tables import Dataset, Job
 from app.schemas.api import Problem
 from app.schemas.job_spec import JobSpec, input_shape_and_classes
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic
 
 router = APIRouter(prefix="/jobs", tags=["artifacts"])
-MODEL_FILES = {"model.pt": "pytorch", "model.keras": "tensorflow"}
 CHECKPOINT_NAME = re.compile(r"^epoch-(\d{1,9})$")
 
 
-def _job_dir(job: Job) -> Path:
-    return get_settings().job_dir(job.id).resolve()
+def _job_files(job: Job) -> JobFiles:
+    """The job's files, under its resolved directory (what _inside checks against)."""
+    return JobFiles(JobFiles.of(get_settings().resolved_artifacts_dir, job.id).root.resolve())
 
 
 def _inside(root: Path, path: Path) -> Path | None:
@@ -37,22 +39,23 @@ def _inside(root: Path, path: Path) -> Path | None:
 
 
 def model_path(job: Job) -> Path | None:
-    root = _job_dir(job)
-    for name in MODEL_FILES:
-        found = _inside(root, root / "model" / name)
+    files = _job_files(job)
+    for framework in MODEL_FILES:
+        found = _inside(files.root, files.model(framework))
         if found is not None and found.is_file():
             return found
     return None
 
 
-def _checkpoint(root: Path) -> ArtifactPublic | None:
+def _checkpoint(files: JobFiles) -> ArtifactPublic | None:
     """The directory `checkpoints/latest` names, with its epoch and total size."""
-    latest = _inside(root, root / "checkpoints" / "latest")
+    root = files.root
+    latest = _inside(root, files.latest)
     if latest is None or not latest.is_file():
         return None
     name = latest.read_text().strip()
     match = CHECKPOINT_NAME.match(name)
-    folder = _inside(root, root / "checkpoints" / name) if match else None
+    folder = _inside(root, files.checkpoints / name) if match else None
     if match is None or folder is None or not folder.is_dir():
         return None
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
@@ -74,19 +77,19 @@ def _model_io(session: SessionDep, job: Job) -> tuple[list[int] | None, int | No
 @router.get("/{job_id}/artifacts", response_model=ArtifactsPublic)
 def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
     """What the job has produced so far: model, last checkpoint, resolved spec, log."""
-    root, items = _job_dir(job), []
+    files, items = _job_files(job), []
     model = model_path(job)
     if model is not None and job.status == JobStatus.succeeded:
         url = f"/v1/jobs/{job.id}/artifacts/model"
         items.append(
             ArtifactPublic(kind="model", name=model.name, size_bytes=model.stat().st_size, url=url)
         )
-    if (checkpoint := _checkpoint(root)) is not None:
+    if (checkpoint := _checkpoint(files)) is not None:
         items.append(checkpoint)
-    for kind, name in (("spec", "spec.json"), ("log", "job.log")):
-        found = _inside(root, root / name)
+    for kind, path in (("spec", files.spec), ("log", files.log)):
+        found = _inside(files.root, path)
         if found is not None and found.is_file():
-            items.append(ArtifactPublic(kind=kind, name=name, size_bytes=found.stat().st_size))
+            items.append(ArtifactPublic(kind=kind, name=path.name, size_bytes=found.stat().st_size))
     shape, outputs = _model_io(session, job)
     return ArtifactsPublic(job_id=job.id, items=items, input_shape=shape, outputs=outputs)
 

@@ -12,13 +12,12 @@ from pathlib import PurePath
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, HTTPException, Path, Query, Response, UploadFile, status
-from fastapi.exceptions import RequestValidationError
 
 from app.api.deps import CurrentKey, SessionDep
 from app.core.config import get_settings
 from app.domain import datasets, uploads
+from app.domain.job_files import upload_path
 from app.domain.tables import Dataset, new_id
-from app.schemas.job_spec import JobSpec
 from app.schemas.resources import DatasetPublic, DatasetsPublic
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
@@ -116,14 +115,5 @@ def delete_dataset(session: SessionDep, key: CurrentKey, dataset_id: DatasetId) 
         )
     session.delete(row)
     session.commit()
-    uploads.upload_path(get_settings().resolved_data_dir, dataset_id).unlink(missing_ok=True)
+    upload_path(get_settings().resolved_data_dir, dataset_id).unlink(missing_ok=True)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
-
-
-def check_job_dataset(session: SessionDep, key: CurrentKey, spec: JobSpec) -> None:
-    """422 naming dataset.id when the job's upload is missing, not the caller's, or unfit."""
-    problem = datasets.problem_for_spec(session, spec, key)
-    if problem is not None:
-        raise RequestValidationError(
-            [{"loc": ("body", "dataset", "id"), "msg": problem, "type": "value_error"}]
-        )

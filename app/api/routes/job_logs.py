@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import JobDep
 from app.core.config import get_settings
-from app.domain.job_log import log_path, tail_lines
+from app.domain.job_files import JobFiles
+from app.domain.job_log import tail_lines
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -23,5 +24,7 @@ class JobLogPublic(BaseModel):
 @router.get("/{job_id}/logs", response_model=JobLogPublic)
 def read_job_logs(job: JobDep, tail: Annotated[int, Query(ge=1, le=5000)] = 200) -> JobLogPublic:
     """The last `tail` lines of the job's log (for operators: why did it fail?)."""
-    lines, truncated = tail_lines(log_path(get_settings().job_dir(job.id)), tail)
+    lines, truncated = tail_lines(
+        JobFiles.of(get_settings().resolved_artifacts_dir, job.id).log, tail
+    )
     return JobLogPublic(job_id=job.id, lines=lines, truncated=truncated)

@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from sqlalchemy.exc import IntegrityError
 
-from app.api.deps import CurrentKey, JobDep, SessionDep, owner_filter
-from app.api.routes.datasets import check_job_dataset
+from app.api.deps import CurrentKey, JobDep, SessionDep, check_job_dataset, owner_filter
 from app.core.config import get_settings
 from app.domain import crud, epoch_rows
-from app.domain.tables import Job, JobStatus
+from app.domain.states import JobStatus
+from app.domain.tables import Job
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricRow, MetricsPublic
 from app.schemas.job_spec import JobSpec
 from app.services.dispatch import dispatch

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker.training import data
-from worker.training.data import IDX_FILES, epoch_order, load_idx_dataset, read_idx
+from worker.training.data import epoch_order, idx
+from worker.training.data.builtin import load_idx_dataset
+from worker.training.data.idx import IDX_FILES, read_idx
 
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")
 BATCH = 32
@@ -85,7 +86,7 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         calls.append(path)
         return read_idx(path)
 
-    monkeypatch.setattr(data, "read_idx", recording)
+    monkeypatch.setattr(idx, "read_idx", recording)
     return calls
 
 

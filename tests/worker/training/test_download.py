@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 from app.core.config import get_settings
-from worker.training.data import DataError, load_idx_dataset, read_idx
+from worker.training.data import DataError
+from worker.training.data.builtin import load_idx_dataset
+from worker.training.data.idx import read_idx
 
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")
 pytestmark = pytest.mark.skipif(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from app.domain.job_files import JobFiles
 from tests.worker.training.inprocess import make_spec, run_spec
 
 pytestmark = [pytest.mark.torch, pytest.mark.tf]
@@ -44,13 +45,14 @@ def test_non_finite_loss_fails_the_job_and_keeps_the_last_good_checkpoint(
         assert outcome.error_code == "non_finite_loss" and not outcome.retryable
         epoch, step = where(outcome.error)
         assert epoch == len(run.rows) + 1 and step >= 1  # no row for the bad epoch
-        root = tmp_path / framework / "checkpoints"
+        files = JobFiles(tmp_path / framework)
+        root = files.checkpoints
         saved = sorted(p.name for p in root.glob("epoch-*"))
         if epoch == 1:
-            assert saved == [] and not (root / "latest").exists()
+            assert saved == [] and not files.latest.exists()
         else:  # nothing written after the last good epoch
             assert saved[-1] == f"epoch-{epoch - 1:04d}"
-            assert (root / "latest").read_text() == saved[-1]
+            assert files.latest.read_text() == saved[-1]
         places.add((epoch, step))
     assert len(places) == 1  # both frameworks diverge at the same step
     assert warmup is None or places.pop()[0] > 2

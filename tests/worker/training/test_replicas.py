@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.domain.job_files import JobFiles
 from worker.protocol import DDP_INIT_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,4 +69,4 @@ def test_a_loss_gone_non_finite_on_one_ddp_rank_stops_both(tmp_path: Path) -> No
         outcome = json.loads((tmp_path / f"outcome-rank{rank}.json").read_text())
         assert (outcome["status"], outcome["stop_reason"]) == ("failed", "non_finite_loss")
         assert "epoch 1, step 3;" in outcome["error"]  # the step agreed by both ranks
-    assert not (tmp_path / "checkpoints").exists()
+    assert not JobFiles(tmp_path).checkpoints.exists()

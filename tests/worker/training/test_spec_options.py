@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from app.domain.job_files import JobFiles
 from tests.worker.training.inprocess import Run, make_spec, run_spec
 
 pytestmark = [pytest.mark.torch, pytest.mark.tf]
@@ -99,7 +100,7 @@ CASES: dict[str, tuple[dict[str, Any], float]] = {  # fields, relative loss tole
 
 
 def checkpoints(workdir: Path) -> list[str]:
-    return sorted(p.name for p in (workdir / "checkpoints").glob("epoch-*"))
+    return sorted(p.name for p in JobFiles(workdir).checkpoints.glob("epoch-*"))
 
 
 def expected_checkpoints(epochs: int, every: int) -> list[str]:

@@ -9,8 +9,9 @@ import pytest
 
 from app.domain import uploads
 from app.schemas.job_spec import JobSpec
-from worker.training.data import DataError, split_and_normalize
-from worker.training.uploads import load_upload
+from worker.training.data import DataError
+from worker.training.data.splits import split_and_normalize
+from worker.training.data.uploads import load_upload
 
 
 def stored(tmp_path: Path, task: str = "classification") -> tuple[uploads.Arrays, str]:

@@ -18,6 +18,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from app.domain.job_files import MODEL_FILES  # noqa: E402
 from app.schemas.job_spec import JobSpec  # noqa: E402
 from worker.training.backend import Placement, TrainedEpoch  # noqa: E402
 from worker.training.callbacks import Logs, TrainState  # noqa: E402
@@ -242,7 +243,7 @@ class TFBackend:
                 variable.assign(state[f"v{i}"])
 
     def export_model(self, directory: Path) -> Path:
-        path = directory / "model.keras"
+        path = directory / MODEL_FILES["tensorflow"]
         self.model.save(path)
         return path
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from app.domain.job_files import MODEL_FILES
 from app.schemas.job_spec import JobSpec, OptimizerSpec
 from worker.training.backend import Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
@@ -244,7 +245,7 @@ class TorchBackend:
         self.optimizer.load_state_dict(state["optimizer"])
 
     def export_model(self, directory: Path) -> Path:
-        path = directory / "model.pt"
+        path = directory / MODEL_FILES["pytorch"]
         torch.save(self.model.state_dict(), path)
         return path
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from app.core.config import get_settings
-from worker.training.data import IDX_FILES, DataError, read_idx
+from worker.training.data.idx import IDX_FILES, read_idx
+from worker.training.data.types import DataError
 
 CANONICAL = {
     "fashion_mnist": ["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"],

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.training.data import DataError, RawData
+from app.domain.job_files import upload_path
+from worker.training.data.types import DataError, RawData
 
 UPLOAD_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
@@ -20,7 +21,7 @@ def load_upload(dataset_id: str, data_dir: Path) -> RawData:
     """The arrays of upload `dataset_id`; DataError when it is gone or unreadable."""
     if not UPLOAD_ID.match(dataset_id):  # the spec allows only these; never build a path else
         raise DataError(f"{dataset_id!r} is not a data set id")
-    path = data_dir / "uploads" / f"{dataset_id}.npz"
+    path = upload_path(data_dir, dataset_id)
     if not path.is_file():
         raise DataError(
             f"uploaded data set {dataset_id} is not in {path.parent}: it was deleted, or this "

@@ -1,0 +1,78 @@
+"""Where epochal keeps files: every path inside a job's directory, and an upload's (stdlib only).
+
+The API reads these paths (artifacts, logs), the supervisor and the training child write them;
+all of them come from the job id or a server-made dataset id, never from a request.
+
+    <artifacts_dir>/<job_id>/
+        spec.json               the resolved spec, written by the supervisor per attempt
+        job.log                 the child's output and the supervisor's notes
+        model/model.pt          the trained model (model.keras for TensorFlow)
+        checkpoints/epoch-NNNN  checkpoints; checkpoints/latest names the newest whole one
+        outcome-N.json          attempt N's report to the supervisor
+        stop-N                  why the supervisor asked attempt N to stop
+        ddp-store-N             attempt N's DDP rendezvous file
+    <data_dir>/uploads/<dataset_id>.npz
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL_FILES = {"pytorch": "model.pt", "tensorflow": "model.keras"}  # framework -> file name
+LATEST = "latest"  # inside a checkpoints directory: names the newest complete checkpoint
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    """The files of the job whose directory is `root`."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, artifacts_dir: Path, job_id: str) -> JobFiles:
+        """The job's directory under EPOCHAL_ARTIFACTS_DIR."""
+        return cls(artifacts_dir / job_id)
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "spec.json"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "job.log"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "model"
+
+    def model(self, framework: str) -> Path:
+        """The exported model of a job trained with `framework`."""
+        return self.model_dir / MODEL_FILES[framework]
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def latest(self) -> Path:
+        return latest_pointer(self.checkpoints)
+
+    def outcome(self, attempt: int) -> Path:
+        return self.root / f"outcome-{attempt}.json"
+
+    def stop_request(self, attempt: int) -> Path:
+        return self.root / f"stop-{attempt}"
+
+    def ddp_store(self, attempt: int) -> Path:
+        return self.root / f"ddp-store-{attempt}"
+
+
+def latest_pointer(checkpoints: Path) -> Path:
+    """The file in a checkpoints directory that names its newest complete checkpoint."""
+    return checkpoints / LATEST
+
+
+def upload_path(data_dir: Path, dataset_id: str) -> Path:
+    """Where an upload lives; ids are server-made UUIDs, never a client's path."""
+    return data_dir / "uploads" / f"{dataset_id}.npz"

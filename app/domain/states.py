@@ -1,0 +1,54 @@
+"""Job statuses, stop reasons and error codes: every name, once (pure stdlib).
+
+They are StrEnums, so a member equals its string: the database columns, the JSON of the API
+and of the outcome file hold the plain values. The training core imports this module too.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life (the `status` column)."""
+
+    queued = "queued"
+    running = "running"
+    cancelling = "cancelling"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
+ACTIVE = frozenset({JobStatus.running, JobStatus.cancelling})
+
+
+class StopReason(StrEnum):
+    """Why training stopped (the `stop_reason` column)."""
+
+    completed = "completed"
+    early_stopping = "early_stopping"
+    cancelled = "cancelled"
+    timeout = "timeout"
+    error = "error"
+    non_finite_loss = "non_finite_loss"
+    worker_lost = "worker_lost"
+    queue_timeout = "queue_timeout"
+
+
+class ErrorCode(StrEnum):
+    """What went wrong with a failed job (the `error_code` column; worker.protocol retries
+    the ones a new attempt could fix)."""
+
+    worker_lost = "worker_lost"
+    infrastructure = "infrastructure"
+    child_killed = "child_killed"
+    child_crashed = "child_crashed"
+    non_finite_loss = "non_finite_loss"
+    invalid_data = "invalid_data"
+    invalid_config = "invalid_config"
+    out_of_memory = "out_of_memory"
+    timeout = "timeout"
+    queue_timeout = "queue_timeout"
+    internal_error = "internal_error"

@@ -1,0 +1,38 @@
+"""What the data modules hand each other: the loaded arrays, the splits, the error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class DataError(Exception):
+    """The data set cannot be used; the message says why and what to do."""
+
+
+@dataclass
+class Splits:
+    """Arrays ready for a back-end: x float32; y int64 classes or float32 targets."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray | None
+    y_val: np.ndarray | None
+    x_test: np.ndarray | None
+    y_test: np.ndarray | None
+    outputs: int  # classes, or 1 for regression
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+@dataclass
+class RawData:
+    x: np.ndarray
+    y: np.ndarray
+    x_test: np.ndarray | None
+    y_test: np.ndarray | None
+    unit_scale: float | None  # what "unit" divides by (255 for 8-bit images, 16 for digits)
+    classes: int | None = None  # known from the data set (uploads); else from the labels
