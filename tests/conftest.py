@@ -16,6 +16,7 @@ import pytest
 from tests.helpers import (
     PG_ADMIN,
     REDIS,
+    TIME_SCALE,
     clear_caches,
     configure,
     create_pg_database,
@@ -24,6 +25,16 @@ from tests.helpers import (
     migrate_in_subprocess,
     pick_redis_db,
 )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limit (pyproject's `timeout`, or --timeout) times TIME_SCALE."""
+    limit = float(config.getoption("timeout", None) or config.getini("timeout") or 0)
+    if TIME_SCALE == 1 or not limit:
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(limit * TIME_SCALE))
 
 
 @pytest.fixture(autouse=True)
