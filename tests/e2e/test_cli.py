@@ -174,7 +174,7 @@ def test_ctrl_c_asks_whether_to_cancel(
     job_id = terminal.wait_for("\n").split()[0]
     terminal.wait_for("val mae")  # the live table shows a finished epoch
     terminal.process.send_signal(signal.SIGINT)
-    terminal.wait_for("Cancel job")
+    terminal.wait_for("Cancel job", timeout=10)  # at once, not when the next event comes
     terminal.type(answer + "\n")
     terminal.wait_for("cancelled (cancelled)" if status else "left running")
     assert terminal.close() == code
