@@ -28,13 +28,15 @@ from tests.helpers import (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """pytest-timeout's limit (pyproject's `timeout`, or --timeout) times TIME_SCALE."""
-    limit = float(config.getoption("timeout", None) or config.getini("timeout") or 0)
-    if TIME_SCALE == 1 or not limit:
+    """pytest-timeout's limits (pyproject's `timeout`, --timeout, a marker's) times TIME_SCALE."""
+    if TIME_SCALE == 1:
         return
+    default = float(config.getoption("timeout", None) or config.getini("timeout") or 0)
     for item in items:
-        if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(limit * TIME_SCALE))
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0]) if marker is not None and marker.args else default
+        if seconds:  # put first, so it is the closest
+            item.add_marker(pytest.mark.timeout(seconds * TIME_SCALE), append=False)
 
 
 @pytest.fixture(autouse=True)
