@@ -7,7 +7,9 @@ Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them 
   (database or disk trouble), child_killed (the training process died of a signal nobody sent
   it), child_crashed (it exited without reporting, e.g. an import error on this worker);
 - final: non_finite_loss, invalid_data, invalid_config, out_of_memory, timeout,
-  queue_timeout, internal_error (an unexpected exception: a retry would meet it again).
+  queue_timeout, internal_error (an unexpected exception: a retry would meet it again);
+- worker_shutdown: its worker was shutting down and stopped the attempt at a step boundary,
+  after a checkpoint; it is nobody's failure, so max_restarts does not bound it.
 Retrying only what a retry can fix stops an OOM-ing or NaN-ing spec from looping (P3, P37).
 """
 
@@ -36,6 +38,7 @@ RETRYABLE = frozenset(
         ErrorCode.infrastructure,
         ErrorCode.child_killed,
         ErrorCode.child_crashed,
+        ErrorCode.worker_shutdown,
     }
 )
 

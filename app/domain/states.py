@@ -35,6 +35,7 @@ class StopReason(StrEnum):
     non_finite_loss = "non_finite_loss"
     worker_lost = "worker_lost"
     queue_timeout = "queue_timeout"
+    shutdown = "shutdown"  # the worker is shutting down: checkpoint, then re-queue (internal)
 
 
 class ErrorCode(StrEnum):
@@ -52,3 +53,4 @@ class ErrorCode(StrEnum):
     timeout = "timeout"
     queue_timeout = "queue_timeout"
     internal_error = "internal_error"
+    worker_shutdown = "worker_shutdown"

@@ -19,7 +19,7 @@ from app.domain.job_files import JobFiles
 from app.domain.states import JobStatus
 from app.domain.tables import Job
 from app.schemas.job_spec import JobSpec
-from tests.helpers import ROOT, clear_caches, free_port
+from tests.helpers import ROOT, clear_caches, free_port, scaled
 from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv
 from worker.supervisor.runner import Attempt, outcome_of, record, record_end, supervise
 
@@ -209,6 +209,6 @@ def test_child_whose_supervisor_already_died_exits_at_once(tmp_path: Path) -> No
         cwd=ROOT,
         env=env,
         capture_output=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert done.returncode == 75, done.stderr.decode()

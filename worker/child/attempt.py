@@ -7,6 +7,7 @@ a database, so tests and benchmarks run exactly this code in-process.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,6 +26,8 @@ from worker.training.data import DataError, Splits, load_splits
 from worker.training.early_stopping import EarlyStopping
 from worker.training.loop import fit
 from worker.training.schedules import LRSchedule
+
+log = logging.getLogger("epochal.child")
 
 
 def best_monitor(spec: JobSpec, validate: bool) -> Monitor:
@@ -147,7 +150,8 @@ def run_attempt(
     checkpointer = Checkpointer(files.checkpoints, backend, spec.checkpoint_every_epochs)
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)
-    checkpointer.restore(state)
+    if checkpointer.restore(state):
+        log.info("resuming from the checkpoint of epoch %d", state.epoch)
     started = time.perf_counter()
     fitted = fit(backend, state, callbacks, validate)
     seconds = time.perf_counter() - started
@@ -156,6 +160,11 @@ def run_attempt(
         detail = fitted.stop_detail or "non-finite loss"
         return Outcome.failure(ErrorCode.non_finite_loss, detail, reason)
     checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
+    if reason == StopReason.shutdown and state.epoch < state.epochs:
+        detail = f"stopped after epoch {state.epoch} of {state.epochs}"
+        return Outcome.failure(ErrorCode.worker_shutdown, detail, StopReason.shutdown)
+    if reason == StopReason.shutdown:  # every epoch was done already: finish the job here
+        reason = None
     if reason in (StopReason.cancelled, StopReason.timeout):
         timeout = reason == StopReason.timeout
         detail = f"stopped after epoch {state.epoch} of {state.epochs} ({reason})"

@@ -17,8 +17,10 @@ from app.domain.states import StopReason
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
-# Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere.
+# Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere. A
+# worker shutting down yields to all: the job ends as any other reason says, not re-queued.
 STOP_REASONS = (
+    StopReason.shutdown,
     StopReason.early_stopping,
     StopReason.cancelled,
     StopReason.timeout,
