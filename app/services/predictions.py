@@ -8,6 +8,7 @@ nothing here knows how the job was trained; onnxruntime is the only inference co
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -107,13 +108,13 @@ def load_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
 class SessionCache:
     """At most `capacity` loaded models, least recently used out first; safe across threads.
 
-    An entry is keyed by the job and its file's mtime and size, so a re-exported model is
-    loaded afresh. Two threads missing the same job at once may both load it; one is kept.
+    An entry is keyed by the job and its file's inode, mtime and size, so a re-exported model
+    is loaded afresh. Two threads missing the same job at once may both load it; one is kept.
     """
 
     def __init__(self, capacity: int, threads: int = 1) -> None:
         self.capacity, self.threads = capacity, threads
-        self._entries: OrderedDict[str, tuple[tuple[int, int], LoadedModel]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[tuple[int, int, int], LoadedModel]] = OrderedDict()
         self._lock = threading.Lock()
         self.loads = 0  # how many sessions this cache has built (tests, metrics)
 
@@ -122,14 +123,13 @@ class SessionCache:
 
     def get(self, job_id: str, job_dir: Path) -> LoadedModel:
         """The job's model, loaded on a miss; NoModel when it has none."""
-        onnx_path, card_path = model_files(job_dir)
-        stat = onnx_path.stat()
-        version = (stat.st_mtime_ns, stat.st_size)
+        version = _version(job_dir)
         with self._lock:
             entry = self._entries.get(job_id)
             if entry is not None and entry[0] == version:
                 self._entries.move_to_end(job_id)
                 return entry[1]
+        onnx_path, card_path = model_files(job_dir)  # a miss checks where the files really are
         model = load_model(onnx_path, card_path, self.threads)  # outside the lock: can be slow
         with self._lock:
             self.loads += 1
@@ -138,3 +138,26 @@ class SessionCache:
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
         return model
+
+    def cached(self, job_id: str, job_dir: Path) -> LoadedModel | None:
+        """The job's model if it is loaded and its file unchanged (no loading: cheap)."""
+        try:
+            version = _version(job_dir)
+        except NoModel:
+            return None
+        with self._lock:
+            entry = self._entries.get(job_id)
+            if entry is None or entry[0] != version:
+                return None
+            self._entries.move_to_end(job_id)
+            return entry[1]
+
+
+def _version(job_dir: Path) -> tuple[int, int, int]:
+    """Which model.onnx is there now: one stat per request (a new export or a swapped-in link
+    changes it, and the miss that follows resolves the path again)."""
+    try:
+        stat = os.stat(job_dir / "model" / ONNX_FILE)
+    except OSError:
+        raise NoModel(f"the job has no {ONNX_FILE}") from None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size

@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain.tables import JobStatus
+from app.services.predictions import SessionCache
 from tests.conftest import make_key
 from tests.onnx_models import TinyModel, write_model
 
@@ -231,6 +234,22 @@ def test_the_session_cache_is_bounded_and_follows_a_new_export(client: TestClien
     body = client.post(f"/v1/jobs/{job_id}/predict", json={"inputs": rows.tolist()}).json()
     assert body["predictions"] == newer.reference(rows).argmax(1).tolist()
     assert state.predictions.loads == 7
+
+
+def test_the_cache_stays_bounded_and_right_under_threads(tmp_path: Path) -> None:
+    models = {f"job{i}": write_model(tmp_path / f"job{i}", seed=i) for i in range(4)}
+    cache, rows = SessionCache(capacity=2), digits(2).astype(np.float32)
+
+    def predict(job_id: str) -> list[int]:
+        answer = cache.get(job_id, tmp_path / job_id).predict(rows)
+        assert len(cache) <= 2
+        return list(answer["predictions"])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        order = [f"job{i % 4}" for i in range(64)]
+        for job_id, predictions in zip(order, pool.map(predict, order), strict=True):
+            assert predictions == models[job_id].reference(rows).argmax(1).tolist()
+    assert len(cache) == 2
 
 
 def test_the_route_is_in_openapi_with_both_body_types(client: TestClient) -> None:

@@ -16,9 +16,10 @@ from app.domain.tables import JobStatus
 from app.schemas.api import Problem
 from app.schemas.predictions import PredictionsPublic, PredictRequest
 from app.services.prediction_inputs import NPY_TYPES, InputError, RowSpec, parse_rows
-from app.services.predictions import NoModel, SessionCache
+from app.services.predictions import LoadedModel, NoModel, SessionCache
 
 router = APIRouter(prefix="/jobs", tags=["predictions"])
+INLINE_BYTES = 8192  # up to this body size a loaded model answers on the event loop
 
 _BODY: dict[str, Any] = {
     "requestBody": {
@@ -66,18 +67,25 @@ async def predict(request: Request, session: SessionDep, job: JobDep) -> JSONRes
         raise HTTPException(409, f"job {job_id} is {status}: only a succeeded job predicts")
     body = await request.body()
     content_type = request.headers.get("content-type", "")
-    cache = sessions(request)
-    # One hop to a thread for all of it: a cache miss loads a session, and inference is CPU.
-    return await run_in_threadpool(_answer, cache, job_id, body, content_type)
+    cache, job_dir = sessions(request), get_settings().job_dir(job_id)
+    loaded = cache.cached(job_id, job_dir) if len(body) <= INLINE_BYTES else None
+    if loaded is not None:  # a few rows on a loaded model: less work than a hop to a thread
+        return _answer(loaded, body, content_type)
+    return await run_in_threadpool(_load_and_answer, cache, job_id, body, content_type)
 
 
-def _answer(cache: SessionCache, job_id: str, body: bytes, content_type: str) -> JSONResponse:
-    settings = get_settings()
+def _load_and_answer(
+    cache: SessionCache, job_id: str, body: bytes, content_type: str
+) -> JSONResponse:
     try:
-        model = cache.get(job_id, settings.job_dir(job_id))
+        model = cache.get(job_id, get_settings().job_dir(job_id))
     except NoModel as exc:
         raise HTTPException(409, f"job {job_id} cannot predict: {exc}") from None
-    spec = RowSpec(model.row_shape, settings.max_predict_rows)
+    return _answer(model, body, content_type)
+
+
+def _answer(model: LoadedModel, body: bytes, content_type: str) -> JSONResponse:
+    spec = RowSpec(model.row_shape, get_settings().max_predict_rows)
     try:
         batch = parse_rows(body, content_type, spec)
     except InputError as exc:
