@@ -100,8 +100,8 @@ def bench_predict(report: Report, quick: bool) -> None:
         env["EPOCHAL_WARM_FRAMEWORKS"] = "pytorch"  # the job is PyTorch: no TensorFlow standby
         with running(env, worker=True) as service, service.client() as client:
             artifacts = Path(env["EPOCHAL_HOME"]) / "artifacts"
-            job_id, source = predict.trained_job(client, artifacts)
-            result = predict.measure(client, job_id, quick)
+            job_id, row_shape, source = predict.trained_job(client, artifacts)
+            result = predict.measure(client, job_id, row_shape, quick)
     setup = f"digits MLP 128-64 ({source}), 1 uvicorn worker, PostgreSQL, one client"
     for rows in ("1_row", "256_rows", "256_rows_npy"):
         body = ".npy body" if rows.endswith("npy") else "JSON body"

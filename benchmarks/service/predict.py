@@ -9,6 +9,7 @@ which the result's note says. One client, back to back, keep-alive, as a caller 
 from __future__ import annotations
 
 import io
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -28,16 +29,18 @@ SEED_MLP = {
 }
 
 
-def trained_job(client: httpx.Client, artifacts_dir: Path) -> tuple[str, str]:
-    """A succeeded seed-MLP job that can predict, and where its model came from."""
+def trained_job(client: httpx.Client, artifacts_dir: Path) -> tuple[str, tuple[int, ...], str]:
+    """A succeeded seed-MLP job that can predict, its model's row shape, and where it came from."""
     job = wait_terminal(client, client.post("/v1/jobs", json=SEED_MLP).json()["id"], 600)
     assert job["status"] == "succeeded", job
-    if (artifacts_dir / job["id"] / "model" / "model.onnx").is_file():
-        return job["id"], "exported by the worker"
+    model_dir = artifacts_dir / job["id"] / "model"
+    if (model_dir / "model.onnx").is_file():
+        card = json.loads((model_dir / "model-card.json").read_text())
+        return job["id"], tuple(card["input"]["shape"][1:]), "exported by the worker"
     from tests.onnx_models import write_model  # the benchmark runs from the checkout
 
-    write_model(artifacts_dir / job["id"], row_shape=(64,), hidden=(128, 64), outputs=10)
-    return job["id"], "stand-in model.onnx of the same shape"
+    write_model(artifacts_dir / job["id"], row_shape=(8, 8), hidden=(128, 64), outputs=10)
+    return job["id"], (8, 8), "stand-in model.onnx of the same shape"
 
 
 def _timed(send: Any, runs: int, warmup: int) -> list[float]:
@@ -52,10 +55,12 @@ def _timed(send: Any, runs: int, warmup: int) -> list[float]:
     return sorted(latencies)
 
 
-def measure(client: httpx.Client, job_id: str, quick: bool) -> dict[str, float]:
+def measure(
+    client: httpx.Client, job_id: str, row_shape: tuple[int, ...], quick: bool
+) -> dict[str, float]:
     """p50/p99 for 1 and 256 rows, and rows per second at 256 rows a request."""
     url = f"/v1/jobs/{job_id}/predict"
-    rows = np.random.default_rng(0).integers(0, 17, (256, 64))
+    rows = np.random.default_rng(0).integers(0, 17, (256, *row_shape))  # digits: 0..16
     one = {"inputs": rows[:1].tolist()}
     many = {"inputs": rows.tolist()}
     buffer = io.BytesIO()
