@@ -4,7 +4,7 @@ Each epoch: set the rate, train over shuffled samples, validate over the whole s
 dict of floats to the callbacks (early stopping, schedule, metrics row, checkpoint). Before
 every epoch, and once after the last, all ranks agree on whether and why to stop: a cancel
 signal reaches DDP ranks at slightly different moments, and a rank that left alone would leave
-the others waiting in a collective (reliability P31).
+the others waiting in a collective (RELIABILITY.md P31).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A job's artifacts: list what exists, download the trained model.
 
 Only fixed names under the job's own directory are ever read (the model file, `checkpoints/
-latest`, `spec.json`, `job.log`); nothing in a request becomes a path (reliability P45).
+latest`, `spec.json`, `job.log`); nothing in a request becomes a path (RELIABILITY.md P45).
 """
 
 from __future__ import annotations

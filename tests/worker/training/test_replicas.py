@@ -1,4 +1,4 @@
-"""One global batch, one replica or two: the same step (issue 4, reliability R1).
+"""One global batch, one replica or two: the same step (issue 4; RELIABILITY.md P19, P20, P30).
 
 The TensorFlow seed sums per-replica losses that were already averaged per replica and adds L2
 on every replica, so its two-replica step differs from its one-replica step; these tests fail
@@ -56,7 +56,7 @@ def test_two_replicas_take_the_same_step_as_one(framework: str, tmp_path: Path) 
 
 
 def test_a_loss_gone_non_finite_on_one_ddp_rank_stops_both(tmp_path: Path) -> None:
-    """Reliability R5, DDP variant: rank 1 alone sees an infinite input; both ranks stop at
+    """RELIABILITY.md P31 under DDP: rank 1 alone sees an infinite input; both ranks stop at
     the same step boundary, neither hangs in a collective, no checkpoint is written."""
     env = {**os.environ, DDP_INIT_ENV: f"file://{tmp_path}/store", "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "tests.worker.training.ddp_attempt"]
