@@ -31,6 +31,20 @@ PG_ADMIN = os.environ.get(
 REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
 # The checkout's `epochal`, server verbs included; tests/packaging runs an installed one instead.
 CHECKOUT_CLI = (sys.executable, "-m", "app.cli")
+# The one factor for every wall-clock budget the tests keep (each sized on a fast machine):
+# .ci/run measures the machine and sets it; 1 by default, at most 6.
+TIME_SCALE = min(max(float(os.environ.get("EPOCHAL_TEST_TIME_SCALE") or 1), 1.0), 6.0)
+
+
+def scaled(seconds: float) -> float:
+    """A budget in seconds, sized on a fast machine, stretched for this one."""
+    return seconds * TIME_SCALE
+
+
+def as_background_job() -> None:
+    """preexec_fn: start a command with SIGINT ignored, as a shell starts `cmd &` (and CI
+    runners their steps): Ctrl-C must still reach the commands that promise to answer it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def configure(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
@@ -164,7 +178,7 @@ class Service:
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=scaled(30))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -195,6 +209,8 @@ def _ok(url: str) -> bool:
 
 
 def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll until `predicate` is truthy; `timeout` (a fast machine's seconds) is scaled."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
