@@ -75,17 +75,22 @@ def model_files(job_dir: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
+def _read_card(card_path: Path) -> tuple[tuple[int, ...], str, list[Any] | None]:
+    """Row shape, task and classes from the model card."""
+    try:
+        card = json.loads(card_path.read_text())
+        row_shape = tuple(int(d) for d in card["input"]["shape"][1:])
+        task, classes = str(card["task"]), card.get("classes")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise NoModel(f"the job's {CARD_FILE} is unreadable: {exc}") from exc
+    return row_shape, task, classes if isinstance(classes, list) else None
+
+
 def load_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
     """An inference session for one exported model, on the CPU with `threads` intra-op threads."""
     import onnxruntime as ort  # imported on first use: the API starts without paying for it
 
-    try:
-        card = json.loads(card_path.read_text())
-        shape = card["input"]["shape"]
-        row_shape = tuple(int(d) for d in shape[1:])
-        task, classes = str(card["task"]), card.get("classes")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise NoModel(f"the job's {CARD_FILE} is unreadable: {exc}") from exc
+    row_shape, task, classes = _read_card(card_path)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -95,13 +100,18 @@ def load_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
         )
     except Exception as exc:  # onnxruntime raises its own types for a bad file
         raise NoModel(f"the job's {ONNX_FILE} cannot be loaded: {exc}") from exc
+    graph_rows = session.get_inputs()[0].shape[1:]  # ints where fixed, names where not
+    if len(graph_rows) != len(row_shape) or any(
+        isinstance(d, int) and d != r for d, r in zip(graph_rows, row_shape, strict=False)
+    ):
+        raise NoModel(f"{CARD_FILE} says rows of {list(row_shape)}, model.onnx {graph_rows}")
     return LoadedModel(
         session=session,
         input_name=session.get_inputs()[0].name,
         output_name=session.get_outputs()[0].name,
         row_shape=row_shape,
         task=task,
-        classes=classes if isinstance(classes, list) else None,
+        classes=classes,
     )
 
 

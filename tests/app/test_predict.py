@@ -205,6 +205,13 @@ def test_a_job_without_success_or_model_is_409(client: TestClient) -> None:
     (get_settings().job_dir(job_id) / "model" / "model.onnx").write_bytes(b"garbage")
     response = client.post(f"/v1/jobs/{job_id}/predict", json=rows)
     assert response.status_code == 409 and "cannot be loaded" in response.json()["detail"]
+    job_id = new_job(client)  # a card that disagrees with its model: refused, never a 500
+    model_dir = get_settings().job_dir(job_id) / "model"
+    write_model(get_settings().job_dir(job_id))
+    card = json.loads((model_dir / "model-card.json").read_text())
+    (model_dir / "model-card.json").write_text(json.dumps({**card, "input": {"shape": [None, 8]}}))
+    response = client.post(f"/v1/jobs/{job_id}/predict", json={"inputs": [[0] * 8]})
+    assert response.status_code == 409 and "says rows of [8]" in response.json()["detail"]
 
 
 def test_another_keys_job_is_404(client: TestClient) -> None:
