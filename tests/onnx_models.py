@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from app.domain.job_files import JobFiles
+
 
 @dataclass(frozen=True)
 class TinyModel:
@@ -91,9 +93,10 @@ def write_model(
         _graph(model, output), opset_imports=[helper.make_opsetid("", 17)], ir_version=8
     )
     onnx.checker.check_model(proto)
-    folder = job_dir / "model"
+    files = JobFiles(job_dir)
+    folder = files.model_dir
     folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(proto, str(folder / "model.onnx"))
+    onnx.save(proto, str(files.onnx))
     if task == "classification" and classes is None:
         classes = list(range(outputs))
     card = {
@@ -105,5 +108,5 @@ def write_model(
         "normalization": {"kind": "unit", "scale": scale, "shift": 0.0},
         "classes": classes if task == "classification" else None,
     }
-    (folder / "model-card.json").write_text(json.dumps(card))
+    files.model_card.write_text(json.dumps(card))
     return model

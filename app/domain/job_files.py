@@ -7,6 +7,7 @@ all of them come from the job id or a server-made dataset id, never from a reque
         spec.json               the resolved spec, written by the supervisor per attempt
         job.log                 the child's output and the supervisor's notes
         model/model.pt          the trained model (model.keras for TensorFlow)
+        model/model.onnx        the model for predictions, with model/model-card.json
         checkpoints/epoch-NNNN  checkpoints; checkpoints/latest names the newest whole one
         outcome-N.json          attempt N's report to the supervisor
         stop-N                  why the supervisor asked attempt N to stop
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODEL_FILES = {"pytorch": "model.pt", "tensorflow": "model.keras"}  # framework -> file name
+ONNX_FILE = "model.onnx"  # both frameworks export it beside their own file, for predictions
+CARD_FILE = "model-card.json"  # what the ONNX model takes and returns
 LATEST = "latest"  # inside a checkpoints directory: names the newest complete checkpoint
 
 
@@ -49,6 +52,14 @@ class JobFiles:
     def model(self, framework: str) -> Path:
         """The exported model of a job trained with `framework`."""
         return self.model_dir / MODEL_FILES[framework]
+
+    @property
+    def onnx(self) -> Path:
+        return self.model_dir / ONNX_FILE
+
+    @property
+    def model_card(self) -> Path:
+        return self.model_dir / CARD_FILE
 
     @property
     def checkpoints(self) -> Path:

@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-ONNX_FILE = "model.onnx"  # both under the job's model/ directory, next to model.pt / model.keras
-CARD_FILE = "model-card.json"
+from app.domain.job_files import CARD_FILE, ONNX_FILE, JobFiles
 
 
 class NoModel(LookupError):
@@ -66,11 +65,11 @@ def _finite_or_none(values: np.ndarray) -> list[Any]:
 def model_files(job_dir: Path) -> tuple[Path, Path]:
     """A job's model.onnx and model-card.json; NoModel if either is missing or lies outside."""
     root = job_dir.resolve()
-    paths = []
-    for name in (ONNX_FILE, CARD_FILE):
-        path = (root / "model" / name).resolve()
+    files, paths = JobFiles(root), []
+    for wanted in (files.onnx, files.model_card):
+        path = wanted.resolve()
         if not path.is_relative_to(root) or not path.is_file():
-            raise NoModel(f"the job has no {name}")
+            raise NoModel(f"the job has no {wanted.name}")
         paths.append(path)
     return paths[0], paths[1]
 
@@ -167,7 +166,7 @@ def _version(job_dir: Path) -> tuple[int, int, int]:
     """Which model.onnx is there now: one stat per request (a new export or a swapped-in link
     changes it, and the miss that follows resolves the path again)."""
     try:
-        stat = os.stat(job_dir / "model" / ONNX_FILE)
+        stat = os.stat(JobFiles(job_dir).onnx)
     except OSError:
         raise NoModel(f"the job has no {ONNX_FILE}") from None
     return stat.st_ino, stat.st_mtime_ns, stat.st_size

@@ -19,13 +19,19 @@ from fastapi.testclient import TestClient
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.tables import JobStatus
+from app.domain.job_files import JobFiles
+from app.domain.states import JobStatus
 from app.services.predictions import SessionCache
 from tests.conftest import make_key
 from tests.onnx_models import TinyModel, write_model
 
 BODY = {"framework": "pytorch", "dataset": {"name": "digits"}, "name": "predictor"}
 NPY = {"content-type": "application/x-npy"}
+
+
+def job_dir(job_id: str) -> Path:
+    """Where the worker puts the job's files."""
+    return JobFiles.of(get_settings().resolved_artifacts_dir, job_id).root
 
 
 @pytest.fixture
@@ -56,7 +62,7 @@ def new_job(client: TestClient, status: JobStatus = JobStatus.succeeded) -> str:
 
 def trained(client: TestClient, **kwargs: object) -> tuple[str, TinyModel]:
     job_id = new_job(client)
-    return job_id, write_model(get_settings().job_dir(job_id), **kwargs)  # type: ignore[arg-type]
+    return job_id, write_model(job_dir(job_id), **kwargs)  # type: ignore[arg-type]
 
 
 def npy(array: np.ndarray) -> bytes:
@@ -195,21 +201,21 @@ def test_a_job_without_success_or_model_is_409(client: TestClient) -> None:
     rows = {"inputs": digits(1).tolist()}
     for status in (JobStatus.queued, JobStatus.running, JobStatus.failed):
         job_id = new_job(client, status)
-        write_model(get_settings().job_dir(job_id))
+        write_model(job_dir(job_id))
         response = client.post(f"/v1/jobs/{job_id}/predict", json=rows)
         assert response.status_code == 409 and f"is {status}" in response.json()["detail"]
     job_id = new_job(client)  # succeeded, but trained before models were exported
     response = client.post(f"/v1/jobs/{job_id}/predict", json=rows)
     assert response.status_code == 409 and "model.onnx" in response.json()["detail"]
-    write_model(get_settings().job_dir(job_id))
-    (get_settings().job_dir(job_id) / "model" / "model.onnx").write_bytes(b"garbage")
+    write_model(job_dir(job_id))
+    JobFiles(job_dir(job_id)).onnx.write_bytes(b"garbage")
     response = client.post(f"/v1/jobs/{job_id}/predict", json=rows)
     assert response.status_code == 409 and "cannot be loaded" in response.json()["detail"]
     job_id = new_job(client)  # a card that disagrees with its model: refused, never a 500
-    model_dir = get_settings().job_dir(job_id) / "model"
-    write_model(get_settings().job_dir(job_id))
-    card = json.loads((model_dir / "model-card.json").read_text())
-    (model_dir / "model-card.json").write_text(json.dumps({**card, "input": {"shape": [None, 8]}}))
+    card_file = JobFiles(job_dir(job_id)).model_card
+    write_model(job_dir(job_id))
+    card = json.loads(card_file.read_text())
+    card_file.write_text(json.dumps({**card, "input": {"shape": [None, 8]}}))
     response = client.post(f"/v1/jobs/{job_id}/predict", json={"inputs": [[0] * 8]})
     assert response.status_code == 409 and "says rows of [8]" in response.json()["detail"]
 
@@ -237,7 +243,7 @@ def test_the_session_cache_is_bounded_and_follows_a_new_export(client: TestClien
     job_id, _ = jobs[2]
     client.post(f"/v1/jobs/{job_id}/predict", json={"inputs": rows.tolist()})
     assert state.predictions.loads == 6  # the most recent one is still loaded
-    newer = write_model(get_settings().job_dir(job_id), hidden=(8, 8), seed=9)
+    newer = write_model(job_dir(job_id), hidden=(8, 8), seed=9)
     body = client.post(f"/v1/jobs/{job_id}/predict", json={"inputs": rows.tolist()}).json()
     assert body["predictions"] == newer.reference(rows).argmax(1).tolist()
     assert state.predictions.loads == 7

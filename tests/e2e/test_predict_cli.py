@@ -22,7 +22,8 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
-from app.domain.tables import JobStatus
+from app.domain.job_files import JobFiles
+from app.domain.states import JobStatus
 from epochal_client.client import ApiError, Client
 from tests.helpers import ROOT, Service, clear_caches, migrate_in_subprocess, running_service
 from tests.onnx_models import TinyModel, write_model
@@ -70,7 +71,7 @@ def finished_job(service: Service, name: str, **spec: object) -> str:
 
 def predictor(service: Service) -> tuple[str, TinyModel]:
     job_id = finished_job(service, "predictor")
-    return job_id, write_model(get_settings().job_dir(job_id))
+    return job_id, write_model(JobFiles.of(get_settings().resolved_artifacts_dir, job_id).root)
 
 
 def epochal(service: Service, *args: str) -> subprocess.CompletedProcess[str]:

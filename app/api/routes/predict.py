@@ -3,6 +3,7 @@ job's exported model.onnx with ONNX Runtime; owner-only like every job route."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -12,7 +13,8 @@ from fastapi.responses import JSONResponse
 from app.api.deps import JobDep, SessionDep, release_db
 from app.api.errors import PROBLEM, problem
 from app.core.config import get_settings
-from app.domain.tables import JobStatus
+from app.domain.job_files import JobFiles
+from app.domain.states import JobStatus
 from app.schemas.api import Problem
 from app.schemas.predictions import PredictionsPublic, PredictRequest
 from app.services.prediction_inputs import NPY_TYPES, InputError, RowSpec, parse_rows
@@ -67,7 +69,7 @@ async def predict(request: Request, session: SessionDep, job: JobDep) -> JSONRes
         raise HTTPException(409, f"job {job_id} is {status}: only a succeeded job predicts")
     body = await request.body()
     content_type = request.headers.get("content-type", "")
-    cache, job_dir = sessions(request), get_settings().job_dir(job_id)
+    cache, job_dir = sessions(request), _job_dir(job_id)
     loaded = cache.cached(job_id, job_dir) if len(body) <= INLINE_BYTES else None
     if loaded is not None:  # a few rows on a loaded model: less work than a hop to a thread
         return _answer(loaded, body, content_type)
@@ -78,7 +80,7 @@ def _load_and_answer(
     cache: SessionCache, job_id: str, body: bytes, content_type: str
 ) -> JSONResponse:
     try:
-        model = cache.get(job_id, get_settings().job_dir(job_id))
+        model = cache.get(job_id, _job_dir(job_id))
     except NoModel as exc:
         raise HTTPException(409, f"job {job_id} cannot predict: {exc}") from None
     return _answer(model, body, content_type)
@@ -92,3 +94,7 @@ def _answer(model: LoadedModel, body: bytes, content_type: str) -> JSONResponse:
         field = {"loc": ["body", "inputs"], "field": "inputs", "type": "value_error"}
         return problem(422, str(exc), [{**field, "msg": str(exc)}])
     return JSONResponse(model.predict(batch))
+
+
+def _job_dir(job_id: str) -> Path:
+    return JobFiles.of(get_settings().resolved_artifacts_dir, job_id).root
