@@ -1,4 +1,4 @@
-"""The import rules of DESIGN §2, enforced (import-linter contracts in pyproject.toml)."""
+"""The import rules of README's Development section, enforced (import-linter, pyproject.toml)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Docs that must not drift: README's generated references, the examples, DEPLOY.md."""
+"""Docs that must not drift: README's generated references, the examples, DEPLOY.md, links."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,99 @@ def test_deploy_guide_covers_the_production_topics() -> None:
         "/metrics",
     ):
         assert topic in guide, topic
+
+
+# The project's documents stand alone: every pitfall a file cites by number ("P" and digits) has
+# its entry in RELIABILITY.md, and nothing points at a document outside the repository.
+TEXT_DIRS = ("app", "worker", "client", "tools", "tests", "benchmarks", "migrations", ".ci")
+TEXT_SUFFIXES = {".py", ".md", ".yml", ".yaml", ".toml", ".ini", ".mako", ".js", ".html", ".css"}
+SKIP_PARTS = {"__pycache__", ".venv", "node_modules", "build", "dist"}
+CITATION = re.compile(r"\bP(\d{1,2})(?:-P(\d{1,2}))?\b")
+ENTRY = re.compile(r"^\*\*P(\d{1,2})\. ", re.MULTILINE)
+PITFALLS = "## Pitfalls this design avoids"
+OUTSIDE = (
+    re.compile(r"(?<![\w/.*-])(?:\.\./)*shared/"),
+    re.compile(r"\breference/\w+\.md\b"),
+    re.compile(r"\breliability [PR]\d", re.IGNORECASE),
+    re.compile(r"\bDESIGN(\.md)? §"),
+)
+LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def project_texts() -> dict[Path, str]:
+    """Every source and document file of the project, by path."""
+    paths = [p for p in ROOT.iterdir() if p.is_file() and p.suffix in TEXT_SUFFIXES]
+    paths += [ROOT / name for name in ("Dockerfile", "Makefile", ".ci/run")]
+    for top in TEXT_DIRS:
+        paths += [p for p in (ROOT / top).rglob("*") if p.suffix in TEXT_SUFFIXES]
+    keep = [p for p in paths if p.is_file() and not SKIP_PARTS & set(p.relative_to(ROOT).parts)]
+    return {p: p.read_text(encoding="utf-8") for p in keep}
+
+
+def cited_numbers(text: str) -> set[int]:
+    """The pitfall numbers a text cites; a range cites each number in it."""
+    cited: set[int] = set()
+    for first, last in CITATION.findall(text):
+        cited.update(range(int(first), int(last or first) + 1))
+    return cited
+
+
+def pitfall_entries() -> set[int]:
+    """The pitfall numbers RELIABILITY.md has an entry for."""
+    text = (ROOT / "RELIABILITY.md").read_text()
+    assert PITFALLS in text
+    return {int(n) for n in ENTRY.findall(text.split(PITFALLS, 1)[1])}
+
+
+def citing_texts() -> dict[str, str]:
+    """Every file that may cite a pitfall, RELIABILITY.md without its entries."""
+    texts = {str(path.relative_to(ROOT)): text for path, text in project_texts().items()}
+    texts["RELIABILITY.md"] = texts["RELIABILITY.md"].split(PITFALLS, 1)[0]
+    return texts
+
+
+def test_every_cited_pitfall_has_an_entry_in_reliability_md() -> None:
+    entries, texts = pitfall_entries(), citing_texts()
+    missing = {
+        name: sorted(cited_numbers(text) - entries)
+        for name, text in texts.items()
+        if cited_numbers(text) - entries
+    }
+    assert not missing, f"cited without an entry in RELIABILITY.md: {missing}"
+    cited = set().union(*map(cited_numbers, texts.values()))
+    assert entries <= cited, f"entries nothing cites any more: {sorted(entries - cited)}"
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+        for path, text in project_texts().items()
+        for pattern in OUTSIDE
+        for m in pattern.finditer(text)
+    ]
+    assert not found, found
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's anchors for the headings of a Markdown text (outside code blocks)."""
+    headings = re.findall(r"^#{1,6} (.+)$", FENCE.sub("", markdown), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize(
+    "doc", ["README.md", "RELIABILITY.md", "DEPLOY.md", "BENCHMARKS.md", "client/README.md"]
+)
+def test_relative_links_point_to_existing_files_and_headings(doc: str) -> None:
+    source = ROOT / doc
+    broken = []
+    for target in LINK.findall(FENCE.sub("", source.read_text())):
+        if re.match(r"[a-z]+:", target):
+            continue  # a URL, not a file of the project
+        path, _, fragment = target.partition("#")
+        linked = (source.parent / path).resolve() if path else source
+        if not linked.exists():
+            broken.append(target)
+        elif fragment and linked.suffix == ".md" and fragment not in anchors(linked.read_text()):
+            broken.append(target)
+    assert not broken, f"{doc}: {broken}"

@@ -3,7 +3,7 @@
 SQLite (the embedded default) is shared by the API, the worker and the training child: WAL lets
 readers run beside the writer, a busy timeout makes writers wait instead of failing, and
 BEGIN IMMEDIATE takes the write lock up front so a read-then-write never hits "database is locked"
-on the upgrade (reference/reliability.md P40).
+on the upgrade (RELIABILITY.md P40).
 """
 
 from __future__ import annotations

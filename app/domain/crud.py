@@ -1,7 +1,7 @@
 """The job state machine and queries; every status change goes through here.
 
 Changes that race (claim, cancel, finish, reap) are one conditional UPDATE each, so the
-database decides who wins whatever the broker redelivers (reference/reliability.md P10).
+database decides who wins whatever the broker redelivers (RELIABILITY.md P10).
 """
 
 from __future__ import annotations

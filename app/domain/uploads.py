@@ -2,7 +2,7 @@
 
 Runs in the API process on the file the multipart parser spooled. Nothing is written under the
 data dir until every check passed, and the stored file is written under a temporary name and
-renamed, so a failed or interrupted upload leaves nothing behind (reliability P33, P44, P45).
+renamed, so a failed or interrupted upload leaves nothing behind (RELIABILITY.md P33, P44, P45).
 The stored layout is what worker.training.uploads reads: `x` (uint8 or float32), `y` (int64
 class indices or float32 targets), optionally `x_test` and `y_test`.
 """

@@ -1,4 +1,4 @@
-"""Sending a queued job to the broker: commit first, then publish (reliability P11)."""
+"""Sending a queued job to the broker: commit first, then publish (RELIABILITY.md P11)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Keeping the queue honest: reap lost workers, re-send lost messages, expire waiting jobs.
 
 Runs as a thread in every API and worker process. Each change is a conditional UPDATE, so many
-copies running at once do no harm (reference/reliability.md P2, P7, P11).
+copies running at once do no harm (RELIABILITY.md P2, P7, P11).
 """
 
 from __future__ import annotations

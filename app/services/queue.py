@@ -52,7 +52,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         }
     else:
         # Redis has no real acks: keep a long visibility timeout; crash recovery comes from the
-        # database lease and reaper, not from redelivery (reliability P1, P2).
+        # database lease and reaper, not from redelivery (RELIABILITY.md P1, P2).
         visibility = {"visibility_timeout": 12 * 3600}
         config["broker_transport_options"] = visibility | {"polling_interval": 0.05}
         config["visibility_timeout"] = visibility["visibility_timeout"]

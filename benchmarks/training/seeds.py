@@ -1,4 +1,4 @@
-"""The two seed loops of ../shared/seeds/, re-implemented faithfully as baselines.
+"""The two seed loops epochal started from, re-implemented faithfully as baselines.
 
 Each function trains on the Fashion-MNIST training set exactly as its seed does and returns
 per-epoch training seconds plus the test accuracy reached, so speed is never bought with

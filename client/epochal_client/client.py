@@ -12,6 +12,7 @@ Every error the API answers is raised as ApiError carrying the problem details.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
@@ -28,6 +29,7 @@ from epochal_client.types import (
     Event,
     Job,
     MetricRow,
+    Predictions,
     WorkerInfo,
     build,
     parse_sse,
@@ -40,6 +42,7 @@ __all__ = [
     "Event",
     "Job",
     "MetricRow",
+    "Predictions",
     "WorkerInfo",
     "TERMINAL",
     "parse_sse",
@@ -271,8 +274,26 @@ class Client:
             raise ApiError.unreachable(self.url, exc) from exc
         return target
 
+    def predict(self, job_id: str, inputs: Any) -> Predictions:
+        """A succeeded job's predictions for raw rows: nested lists in the model card's row
+        shape (sent as JSON), or a numpy array (sent as .npy; numpy stays optional)."""
+        url = f"/v1/jobs/{job_id}/predict"
+        if type(inputs).__module__ != "numpy":
+            return build(Predictions, self._json("POST", url, json={"inputs": inputs}))
+        npy = {"Content-Type": "application/x-npy"}
+        return build(Predictions, self._json("POST", url, content=_npy_bytes(inputs), headers=npy))
+
     def workers(self) -> list[WorkerInfo]:
         return [build(WorkerInfo, item) for item in _items(self._json("GET", "/v1/workers"))]
+
+
+def _npy_bytes(array: Any) -> bytes:
+    """An array as the bytes of a .npy file (never pickled)."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
 
 
 # download_model's formats -> the artifact route that serves each

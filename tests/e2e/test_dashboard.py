@@ -19,6 +19,7 @@ from tests.helpers import (
     Service,
     migrate_in_subprocess,
     running_service,
+    scaled,
     submit_job,
     wait_for_status,
 )
@@ -116,7 +117,7 @@ def test_dashboard_submits_streams_the_curve_and_cancels(service: Service, page:
     job_id = page.url.rsplit("/", 1)[1]
 
     expect(page.get_by_test_id("status")).to_have_text("running")
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while points(page) < 3:  # epochs arrive over SSE without reloading the page
         assert time.monotonic() < deadline, "the loss curve did not grow to 3 epochs"
         page.wait_for_timeout(250)

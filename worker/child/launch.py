@@ -2,7 +2,7 @@
 
 Started (and watched) by worker.supervisor.runner, never imported by the Celery process: the
 framework is imported here, in a fresh process per attempt, so GPU memory, TensorFlow strategies
-and CUDA state die with it (reference/reliability.md P12-P16). A PyTorch DDP job starts one such
+and CUDA state die with it (RELIABILITY.md P12-P16). A PyTorch DDP job starts one such
 process per rank from here; they share a process group, so a stop signal reaches every rank.
 """
 
@@ -65,7 +65,7 @@ def die_with_parent() -> None:
 
 
 def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
-    """On STOP_SIGNAL read why (cancelled | timeout) and let the loop stop at a step boundary."""
+    """On STOP_SIGNAL read why (cancelled | timeout | shutdown); the loop stops at a step."""
 
     def on_signal(_signum: int, _frame: object) -> None:
         reason = read_stop_reason(workdir, attempt, default="cancelled")

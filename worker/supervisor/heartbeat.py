@@ -1,6 +1,6 @@
 """This worker's identity, devices and heartbeat row (GET /v1/workers reads them).
 
-GPUs are found without initializing CUDA in this process (reliability P12): from
+GPUs are found without initializing CUDA in this process (RELIABILITY.md P12): from
 EPOCHAL_WORKER_GPUS or CUDA_VISIBLE_DEVICES, with names and memory from nvidia-smi if present.
 """
 

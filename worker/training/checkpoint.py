@@ -3,7 +3,7 @@
 A checkpoint is a directory `epoch-NNNN`: the back-end's model and optimizer files, the loop's
 state as JSON (epoch, rate, callback states) and callbacks' arrays (best weights) as .npz. It
 is written under a temporary name and renamed, and `latest` is replaced atomically, so a kill at
-any moment leaves the previous checkpoint intact (reference/reliability.md P32).
+any moment leaves the previous checkpoint intact (RELIABILITY.md P32).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each epoch: set the rate, train over shuffled samples, validate over the whole s
 dict of floats to the callbacks (early stopping, schedule, metrics row, checkpoint). Before
 every epoch, and once after the last, all ranks agree on whether and why to stop: a cancel
 signal reaches DDP ranks at slightly different moments, and a rank that left alone would leave
-the others waiting in a collective (reliability P31).
+the others waiting in a collective (RELIABILITY.md P31).
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import math
 import time
 from dataclasses import dataclass
 
+from worker.protocol import SHUTDOWN_REASON
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
-# Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere.
-STOP_REASONS = ("early_stopping", "cancelled", "timeout", "non_finite_loss")
+# Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere. A
+# worker shutting down yields to all: the job ends as any other reason says, not re-queued.
+STOP_REASONS = (SHUTDOWN_REASON, "early_stopping", "cancelled", "timeout", "non_finite_loss")
 
 
 @dataclass

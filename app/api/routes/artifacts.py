@@ -2,7 +2,7 @@
 
 Only fixed names under the job's own directory are ever read (the model file, `model.onnx`,
 `model-card.json`, `checkpoints/latest`, `spec.json`, `job.log`); nothing in a request becomes
-a path (reliability P45).
+a path (RELIABILITY.md P45).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ FIELDS = {
     # 171 samples: 43 for validation (odd, so ranks score unequal shares), 128 = 2 x 64 to train
     "dataset": {"name": "digits", "limit": 171, "validation_split": 0.25},
     "training": {"epochs": 1, "batch_size": 64},
-    # Stateful (a momentum slot per variable: reliability P23) and, unlike Adam, sensitive to
+    # Stateful (a momentum slot per variable: RELIABILITY.md P23) and, unlike Adam, sensitive to
     # the scale of the gradient, which is what wrong loss scaling gets wrong (P19, P20).
     "optimizer": {"name": "sgd", "learning_rate": RATE, "momentum": 0.9},
     "regularization": {"l2": 0.01},  # must not be counted once per replica (P20)

@@ -1,4 +1,4 @@
-"""One global batch, one replica or two: the same step (issue 4, reliability R1).
+"""One global batch, one replica or two: the same step (issue 4; RELIABILITY.md P19, P20, P30).
 
 The TensorFlow seed sums per-replica losses that were already averaged per replica and adds L2
 on every replica, so its two-replica step differs from its one-replica step; these tests fail
@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import scaled
 from worker.protocol import DDP_INIT_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,7 +38,7 @@ def run(framework: str, replicas: int, tmp_path: Path) -> dict[str, np.ndarray]:
     ranks = replicas if framework == "pytorch" else 1
     procs = [start(framework, replicas, rank, out, env) for rank in range(ranks)]
     for proc in procs:
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=scaled(120)) == 0
     with np.load(out) as data:
         return dict(data)
 
@@ -56,14 +57,14 @@ def test_two_replicas_take_the_same_step_as_one(framework: str, tmp_path: Path) 
 
 
 def test_a_loss_gone_non_finite_on_one_ddp_rank_stops_both(tmp_path: Path) -> None:
-    """Reliability R5, DDP variant: rank 1 alone sees an infinite input; both ranks stop at
+    """RELIABILITY.md P31 under DDP: rank 1 alone sees an infinite input; both ranks stop at
     the same step boundary, neither hangs in a collective, no checkpoint is written."""
     env = {**os.environ, DDP_INIT_ENV: f"file://{tmp_path}/store", "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "tests.worker.training.ddp_attempt"]
     procs = [
         subprocess.Popen([*argv, str(rank), str(tmp_path)], cwd=ROOT, env=env) for rank in (0, 1)
     ]
-    assert [proc.wait(timeout=120) for proc in procs] == [0, 0]
+    assert [proc.wait(timeout=scaled(120)) for proc in procs] == [0, 0]
     for rank in (0, 1):
         outcome = json.loads((tmp_path / f"outcome-rank{rank}.json").read_text())
         assert (outcome["status"], outcome["stop_reason"]) == ("failed", "non_finite_loss")

@@ -52,7 +52,7 @@ class TFBackend:
                 opt.name, opt.learning_rate, opt.momentum, opt.nesterov, opt.weight_decay
             )
             # Build the optimizer's slots now, inside the scope: Keras 3.15 + TF 2.21 cannot
-            # create them lazily inside a distributed step (reliability P23).
+            # create them lazily inside a distributed step (RELIABILITY.md P23).
             self.optimizer.build(self.model.trainable_variables)
         self.kernels = [v for v in self.model.trainable_variables if v.name == "kernel"]
         roles = [(w.name, tuple(w.shape)) for w in self.model.weights]
