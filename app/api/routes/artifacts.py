@@ -19,13 +19,14 @@ from app.domain.tables import Dataset, Job, JobStatus
 from app.schemas.api import Problem
 from app.schemas.job_spec import JobSpec, input_shape_and_classes
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic
+from app.services.predictions import CARD_FILE, ONNX_FILE
 
 router = APIRouter(prefix="/jobs", tags=["artifacts"])
 MODEL_FILES = {"model.pt": "pytorch", "model.keras": "tensorflow"}
 # kind -> (file under model/, URL segment, media type): the portable exports of a succeeded job
 EXPORTS = {
-    "onnx": ("model.onnx", "onnx", "application/octet-stream"),
-    "model_card": ("model-card.json", "model-card", "application/json"),
+    "onnx": (ONNX_FILE, "onnx", "application/octet-stream"),
+    "model_card": (CARD_FILE, "model-card", "application/json"),
 }
 CHECKPOINT_NAME = re.compile(r"^epoch-(\d{1,9})$")
 
