@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from epochal_client import predict_files, render, tensorboard_export
-from epochal_client.client import ApiError, Client
+from epochal_client.client import MODEL_FORMATS, ApiError, Client
 from epochal_client.follow import follow_job
 
 # Piped output is for grep and scripts: wide rows, never wrapped at 80 columns.
@@ -120,6 +120,8 @@ def show(
         print(json.dumps(job.__dict__, default=str, indent=2))
         return
     console.print(render.job_details(job))
+    for table in render.evaluation_tables(job.result):
+        console.print(table)
     console.print(render.transitions_table(job))
 
 
@@ -187,10 +189,19 @@ def cancel(job_id: Annotated[str, typer.Argument()]) -> None:
 def download(
     job_id: Annotated[str, typer.Argument()],
     path: Annotated[Path, typer.Argument(help="file or folder")] = Path("."),
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format", help="native (model.pt / model.keras), onnx, or card (model-card.json)"
+        ),
+    ] = "native",
 ) -> None:
-    """Download the trained model."""
+    """Download the trained model, its portable model.onnx, or its model card."""
+    if format not in MODEL_FORMATS:
+        errors.print(f"--format is one of {', '.join(MODEL_FORMATS)}, not {format!r}")
+        raise typer.Exit(2)
     with connect() as client:
-        saved = client.download_model(job_id, path)
+        saved = client.download_model(job_id, path, format)
     console.print(f"saved {saved}", highlight=False)
 
 

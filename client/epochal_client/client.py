@@ -255,10 +255,13 @@ class Client:
     def datasets(self) -> list[Dataset]:
         return [build(Dataset, item) for item in _items(self._json("GET", "/v1/datasets"))]
 
-    def download_model(self, job_id: str, path: str | Path = ".") -> Path:
-        """Save the trained model; into a folder under the server's file name, or to `path`."""
+    def download_model(self, job_id: str, path: str | Path = ".", format: str = "native") -> Path:
+        """Save the trained model into a folder under the server's file name, or to `path`:
+        `native` (model.pt or model.keras), `onnx` (model.onnx) or `card` (model-card.json)."""
+        if format not in MODEL_FORMATS:
+            raise ValueError(f"format is one of {', '.join(MODEL_FORMATS)}, not {format!r}")
         target = Path(path)
-        url = f"/v1/jobs/{job_id}/artifacts/model"
+        url = f"/v1/jobs/{job_id}/artifacts/{MODEL_FORMATS[format]}"
         try:
             with self._http.stream("GET", url) as response:
                 if response.status_code >= 400:
@@ -291,6 +294,10 @@ def _npy_bytes(array: Any) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
     return buffer.getvalue()
+
+
+# download_model's formats -> the artifact route that serves each
+MODEL_FORMATS = {"native": "model", "onnx": "onnx", "card": "model-card"}
 
 
 def _save(response: httpx.Response, target: Path) -> None:

@@ -5,7 +5,7 @@ splits (split, normalize, epoch order); load (a job's splits from its spec). Thi
 re-exports what back-ends and the attempt use; nothing in it imports the package itself.
 """
 
-from worker.training.data.load import load_splits
+from worker.training.data.load import load_raw, load_splits
 from worker.training.data.splits import epoch_order, epoch_seed, global_steps
 from worker.training.data.types import DataError, RawData, Splits
 
@@ -16,5 +16,6 @@ __all__ = [
     "epoch_order",
     "epoch_seed",
     "global_steps",
+    "load_raw",
     "load_splits",
 ]

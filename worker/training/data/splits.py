@@ -7,6 +7,8 @@ has one) is kept apart for the final result.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from app.schemas.job_spec import JobSpec, input_shape_and_classes
@@ -38,7 +40,22 @@ def split_and_normalize(raw: RawData, spec: JobSpec) -> Splits:
         x_test=None if xt is None else _normalize(xt.astype(np.float32), scale, shift),
         y_test=yt,
         outputs=raw.classes or _outputs(spec, y, yt),
+        scale=scale,
+        shift=shift,
+        fingerprint=data_fingerprint(x, y, xt, yt),
     )
+
+
+def data_fingerprint(*arrays: np.ndarray | None) -> str:
+    """sha256 over each array's dtype, shape and bytes (x, y, x_test, y_test after limit)."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        if array is None:
+            digest.update(b"none;")
+            continue
+        digest.update(f"{array.dtype.str}{array.shape};".encode())
+        digest.update(np.ascontiguousarray(array).data)
+    return digest.hexdigest()
 
 
 def _normalize(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,6 +22,10 @@ class Splits:
     x_test: np.ndarray | None
     y_test: np.ndarray | None
     outputs: int  # classes, or 1 for regression
+    # The normalization applied: normalized = (raw - shift) / scale, float32 (model.onnx redoes it)
+    scale: np.ndarray = field(default_factory=lambda: np.asarray(np.float32(1.0)))
+    shift: np.ndarray = field(default_factory=lambda: np.asarray(np.float32(0.0)))
+    fingerprint: str = ""  # sha256 of the raw arrays used (see data_fingerprint)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
