@@ -72,9 +72,9 @@ def test_a_succeeded_job_lists_its_files_and_serves_its_model(client: TestClient
 
 
 def test_a_succeeded_job_lists_and_serves_its_onnx_model_and_card(client: TestClient) -> None:
-    job_id, root = job_with_files(client, JobStatus.succeeded)
-    (root / "model" / "model.onnx").write_bytes(b"o" * 30)
-    (root / "model" / "model-card.json").write_text('{"format_version": 1}')
+    job_id, files = job_with_files(client, JobStatus.succeeded)
+    files.onnx.write_bytes(b"o" * 30)
+    files.model_card.write_text('{"format_version": 1}')
     items = client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]
     by_kind = {item["kind"]: item for item in items}
     assert [item["kind"] for item in items][:3] == ["model", "onnx", "model_card"]
@@ -91,8 +91,8 @@ def test_a_succeeded_job_lists_and_serves_its_onnx_model_and_card(client: TestCl
 
 
 def test_no_onnx_model_before_success_or_without_the_file(client: TestClient) -> None:
-    job_id, root = job_with_files(client, JobStatus.running)
-    (root / "model" / "model.onnx").write_bytes(b"o" * 30)
+    job_id, files = job_with_files(client, JobStatus.running)
+    files.onnx.write_bytes(b"o" * 30)
     kinds = [item["kind"] for item in client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]]
     assert "onnx" not in kinds
     response = client.get(f"/v1/jobs/{job_id}/artifacts/onnx")
