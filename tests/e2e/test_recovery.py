@@ -19,7 +19,7 @@ from celery import Celery
 from app.domain.job_files import JobFiles
 from app.services.queue import TRAIN_TASK
 from tests.e2e.procs import alive, parent_of, training_children
-from tests.helpers import Service, running_service, wait_for_status, wait_until
+from tests.helpers import Service, running_service, scaled, wait_for_status, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -199,7 +199,7 @@ def test_runtime_limit_stops_with_a_final_checkpoint(
     job_id = submit(
         client,
         training={"epochs": 200, "batch_size": 16},
-        max_runtime_seconds=8,
+        max_runtime_seconds=round(scaled(8)),  # long enough for an epoch on this machine
         checkpoint_every_epochs=1000,
     )
     done = wait_for_status(client, job_id, {"cancelled", "failed", "succeeded"}, 60)
