@@ -16,8 +16,7 @@ from app.services.queue import celery_config
 from worker import celery_logging as logging_setup
 from worker.supervisor import heartbeat as workers
 from worker.supervisor import shutdown
-from worker.supervisor.runner import warm_up
-from worker.supervisor.standby import POOL
+from worker.supervisor.standby import POOL, warm_up
 
 celery_app = Celery("epochal-worker", include=["worker.tasks"])
 celery_app.conf.update(celery_config(get_settings()))

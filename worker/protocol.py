@@ -121,3 +121,14 @@ def read_stop_reason(workdir: Path, attempt: int, default: StopReason) -> StopRe
         return StopReason(path.read_text().strip())
     except (FileNotFoundError, ValueError):  # no file (or no reason we know): the default
         return default
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a training child started by this (supervisor) process."""
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        SUPERVISOR_ENV: str(os.getpid()),
+    }

@@ -33,15 +33,15 @@ from app.services.dispatch import dispatch
 from worker.protocol import (
     SPAWNED_ENV,
     STOP_SIGNAL,
-    SUPERVISOR_ENV,
     Outcome,
     child_argv,
+    child_env,
     read_outcome,
     request_stop,
 )
 from worker.supervisor import shutdown
 from worker.supervisor.heartbeat import set_current_job
-from worker.supervisor.standby import POOL
+from worker.supervisor.standby import POOL, warm_up
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
@@ -97,24 +97,6 @@ def run_job(job_id: str, worker_name: str) -> None:
         _set_current_job(worker_name, None)
         if not shutdown.requested():
             warm_up(settings, [spec.framework])  # the next job of this kind starts warm
-
-
-def warm_up(settings: Settings, frameworks: list[str]) -> None:
-    """Start the next training process of each framework now (worker.supervisor.standby)."""
-    wanted = [f.strip() for f in settings.warm_frameworks.split(",") if f.strip()]
-    for framework in frameworks:
-        if framework in wanted:
-            POOL.refill(framework, child_env())
-
-
-def child_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-        SUPERVISOR_ENV: str(os.getpid()),
-    }
 
 
 def _set_current_job(worker_name: str, job_id: str | None) -> None:

@@ -15,7 +15,8 @@ import logging
 import subprocess
 import time
 
-from worker.protocol import standby_argv
+from app.core.config import Settings
+from worker.protocol import child_env, standby_argv
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +63,11 @@ class StandbyPool:
 
 
 POOL = StandbyPool()
+
+
+def warm_up(settings: Settings, frameworks: list[str]) -> None:
+    """Start the next training process of each framework now (worker.supervisor.standby)."""
+    wanted = [f.strip() for f in settings.warm_frameworks.split(",") if f.strip()]
+    for framework in frameworks:
+        if framework in wanted:
+            POOL.refill(framework, child_env())
