@@ -18,6 +18,7 @@ from app.api.routes import (
     job_logs,
     jobs,
     prometheus,
+    sweeps,
     ui,
     workers,
 )
@@ -61,6 +62,7 @@ def create_app() -> FastAPI:
     v1.include_router(workers.router)
     v1.include_router(job_logs.router)
     v1.include_router(events.router)
+    v1.include_router(sweeps.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.include_router(prometheus.router)

@@ -70,6 +70,15 @@ TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled
 ACTIVE = frozenset({JobStatus.running, JobStatus.cancelling})
 
 
+class SweepStatus(enum.StrEnum):
+    """running: launching trials; the rest are final (finished_at is set once no trial runs)."""
+
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
@@ -107,12 +116,34 @@ class Job(Base):
     owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
+    # A sweep's trial (app.services.sweeps): its sweep and Optuna trial number.
+    sweep_id: Mapped[str | None] = mapped_column(ForeignKey("sweep.id"), index=True)
+    sweep_trial: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),
         Index("ix_job_status_created", "status", "created_at"),
         UniqueConstraint("owner_id", "idempotency_key", name="uq_job_owner_idempotency_key"),
     )
+
+
+class Sweep(Base):
+    """A hyperparameter search; its trials are jobs, its sampling state is Optuna's tables."""
+
+    __tablename__ = "sweep"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16), default=SweepStatus.running)
+    spec: Mapped[dict[str, Any]]
+    trials_launched: Mapped[int] = mapped_column(Integer, default=0)
+    trials_ended: Mapped[int] = mapped_column(Integer, default=0)  # told to Optuna
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(index=True)
+
+    __table_args__ = (Index("ix_sweep_created", "created_at", "id"),)
 
 
 class JobTransition(Base):

@@ -17,7 +17,7 @@ from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
 # Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere.
-STOP_REASONS = ("early_stopping", "cancelled", "timeout", "non_finite_loss")
+STOP_REASONS = ("early_stopping", "pruned", "cancelled", "timeout", "non_finite_loss")
 
 
 @dataclass
