@@ -237,6 +237,9 @@ def register_client_commands(cli: typer.Typer) -> None:
     for command in (submit, follow, jobs, show, metrics, logs, cancel, download, workers):
         cli.command()(command)
     cli.add_typer(datasets, name="datasets")
+    from epochal_client.sweep_cli import sweep  # imports this module: after it is defined
+
+    cli.add_typer(sweep, name="sweep")
 
 
 def build_cli() -> typer.Typer:
