@@ -23,7 +23,7 @@ OBJECTIVE_FIELDS = (
     "train_accuracy",
     "train_mae",
 )
-PARAMETER_PATH = r"^[a-z_]+(\.[a-z_]+)*$"
+PARAMETER_PATH = r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$"
 MAX_PARAMETERS = 32
 
 

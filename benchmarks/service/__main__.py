@@ -11,6 +11,7 @@ from benchmarks.machine import describe as machine
 from benchmarks.service import growth, latency, overhead, polling, sse
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
+from benchmarks.service.sweeps import bench_sweeps
 
 
 def bench_latency(report: Report, jobs: int) -> None:
@@ -94,7 +95,7 @@ def bench_overhead(report: Report, quick: bool) -> None:
                     report.add(f"overhead_{part}_{framework}", seconds, "s", "median")
 
 
-STEPS = ("latency", "overhead", "polling", "growth")
+STEPS = ("latency", "overhead", "polling", "growth", "sweeps")
 
 
 def run(quick: bool, only: str | None = None) -> Report:
@@ -105,6 +106,7 @@ def run(quick: bool, only: str | None = None) -> Report:
         "overhead": lambda: bench_overhead(report, quick),
         "polling": lambda: bench_polling(report, quick),
         "growth": lambda: bench_growth(report, quick),
+        "sweeps": lambda: bench_sweeps(report, quick),
     }
     for name in STEPS:
         if only in (None, name):

@@ -4,8 +4,10 @@ in tests/e2e/test_sweeps.py train real trials on real workers)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +15,13 @@ from fastapi.testclient import TestClient
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
+from app.domain.sweep_space import space_errors
 from app.domain.tables import Job, JobStatus
+from app.schemas.sweep import SweepSpec
 from app.services import sweeps
+from epochal_client.cli import load_spec
 from tests.conftest import make_key
+from tests.helpers import ROOT
 
 BASE: dict[str, Any] = {
     "framework": "pytorch",
@@ -169,3 +175,17 @@ def test_other_owners_see_no_sweep(client: TestClient) -> None:
     assert client.post(f"/v1/sweeps/{sweep['id']}/cancel", headers=other).status_code == 404
     assert client.get("/v1/sweeps", headers=other).json()["items"] == []
     assert client.get("/v1/sweeps").json()["items"][0]["id"] == sweep["id"]
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "examples" / "sweeps").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_example_sweep_is_sound(path: Path) -> None:
+    spec = SweepSpec.model_validate_json(json.dumps(load_spec(path, [])))
+    assert space_errors(spec) == []
+
+
+def test_there_is_an_example_sweep_for_each_framework() -> None:
+    paths = sorted((ROOT / "examples" / "sweeps").glob("*.yaml"))
+    frameworks = {load_spec(p, [])["base"]["framework"] for p in paths}
+    assert frameworks == {"pytorch", "tensorflow"}
