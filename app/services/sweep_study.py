@@ -60,8 +60,11 @@ def storage(create_tables: bool = False) -> Any:
         if sqlite:  # WAL, busy timeout, BEGIN IMMEDIATE: as epochal's own connections (P40)
             tune_sqlite(made.engine)
             made.engine.dispose()
-        _storages[key] = made
-        return made
+        # Optuna wraps an RDBStorage in this cache of finished trials (they never change) on
+        # every load_study; one per process keeps it across top-ups: ~70 queries a trial less.
+        cached = optuna.storages._CachedStorage(made)
+        _storages[key] = cached
+        return cached
 
 
 def ensure_tables() -> None:
@@ -100,6 +103,7 @@ def _sampler(spec: SweepSpec, trials_so_far: int) -> Any:
         seed=seed,
         n_startup_trials=sampler.n_startup_trials,
         constant_liar=spec.max_parallel > 1,  # running trials count, so parallel draws differ
+        multivariate=True,  # one joint draw per trial: fewer reads of the history, too
     )
 
 
@@ -119,14 +123,21 @@ def _pruner(spec: SweepSpec) -> Any:
 
 def open_study(sweep_id: str, spec: SweepSpec, trials_so_far: int = 0) -> optuna.Study:
     """The sweep's study (made on first use), with its sampler and pruner."""
-    direction = "maximize" if spec.objective.direction == "max" else "minimize"
-    return _optuna().create_study(
+    optuna = _optuna()
+    sampler, pruner = _sampler(spec, trials_so_far), _pruner(spec)
+    try:  # the common case: a load is 2 queries, create_study's failed insert costs more
+        return optuna.load_study(
+            study_name=study_name(sweep_id), storage=storage(), sampler=sampler, pruner=pruner
+        )
+    except KeyError:
+        pass
+    return optuna.create_study(
         study_name=study_name(sweep_id),
         storage=storage(),
-        sampler=_sampler(spec, trials_so_far),
-        pruner=_pruner(spec),
-        direction=direction,
-        load_if_exists=True,
+        sampler=sampler,
+        pruner=pruner,
+        direction="maximize" if spec.objective.direction == "max" else "minimize",
+        load_if_exists=True,  # made by another process meanwhile
     )
 
 

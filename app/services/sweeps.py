@@ -110,12 +110,13 @@ def _tell_ended(study: Any, ended: Sequence[Job], values: dict[str, float], by_n
             continue
         state = trial_state(job)
         value = values.get(job.id)
+        # Under the sweep's lock nobody else tells, and the state was just read: no re-check.
         if state == "complete" and value is not None:
-            study.tell(job.sweep_trial, value, skip_if_finished=True)
+            study.tell(job.sweep_trial, value)
         elif state == "pruned":
-            study.tell(job.sweep_trial, state=states.PRUNED, skip_if_finished=True)
+            study.tell(job.sweep_trial, state=states.PRUNED)
         else:
-            study.tell(job.sweep_trial, state=states.FAIL, skip_if_finished=True)
+            study.tell(job.sweep_trial, state=states.FAIL)
 
 
 def _plan(sweep: Sweep, spec: SweepSpec, jobs: Sequence[Job]) -> tuple[int, str]:
