@@ -8,7 +8,12 @@ import numpy as np
 
 from worker.training.backend import TrainedEpoch
 from worker.training.callbacks import Callback, CallbackList, Logs, TrainState
-from worker.training.loop import fit
+from worker.training.loop import STOP_REASONS, fit
+
+
+def code(reason: str) -> int:
+    """What a rank sends in the stop agreement for `reason` (0: no stop)."""
+    return STOP_REASONS.index(reason) + 1
 
 
 class ScriptedBackend:
@@ -55,7 +60,7 @@ class ScriptedBackend:
 
 
 def test_a_stop_asked_by_another_rank_stops_this_one_with_its_reason() -> None:
-    backend = ScriptedBackend(others=[0, 0, 3])  # 3 = "timeout", at the third agreement
+    backend = ScriptedBackend(others=[0, 0, code("timeout")])  # at the third agreement
     state = TrainState(epochs=10, learning_rate=0.1)
     fitted = fit(backend, state, CallbackList([]), validate=True)
     assert backend.epochs_trained == 2 and state.epoch == 2
@@ -63,7 +68,7 @@ def test_a_stop_asked_by_another_rank_stops_this_one_with_its_reason() -> None:
 
 
 def test_the_highest_priority_reason_wins_when_ranks_disagree() -> None:
-    backend = ScriptedBackend(others=[0, 4])  # 4 = non_finite_loss elsewhere
+    backend = ScriptedBackend(others=[0, code("non_finite_loss")])  # elsewhere
     state = TrainState(epochs=10, learning_rate=0.1)
     state.request_stop("cancelled")  # this rank was cancelled before the first epoch
     fitted = fit(backend, state, CallbackList([]), validate=False)
@@ -74,7 +79,8 @@ def test_the_highest_priority_reason_wins_when_ranks_disagree() -> None:
         def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
             state.request_stop("cancelled")
 
-    fitted = fit(ScriptedBackend(others=[0, 4]), state2, CancelAfterFirst(), validate=False)
+    others = [0, code("non_finite_loss")]
+    fitted = fit(ScriptedBackend(others=others), state2, CancelAfterFirst(), validate=False)
     assert fitted.stop_reason == "non_finite_loss"
 
 
