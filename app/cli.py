@@ -3,6 +3,7 @@ holds the rest and finds these through the `epochal.commands` entry point (`regi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +19,8 @@ from app.core.config import get_settings
 cli = typer.Typer(help="epochal: a REST training-job service.", no_args_is_help=True)
 keys = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 cli.add_typer(keys, name="keys")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops `epochal up`
+STOP_GRACE_SECONDS = 20.0  # from SIGTERM to the API and worker until their groups are killed
 
 
 def alembic_config():  # type: ignore[no-untyped-def]
@@ -75,6 +78,7 @@ def api(
         log_config=uvicorn_log_config(),
         access_log=False,  # telemetry logs each request, with the job id it concerns
         proxy_headers=False,
+        timeout_graceful_shutdown=5,  # an open event stream must not hold a SIGTERM up
     )
 
 
@@ -170,16 +174,21 @@ def ensure_admin_key() -> str:
 
 @cli.command()
 def up() -> None:
-    """Migrate, then run the API and one worker until Ctrl-C (the embedded default)."""
+    """Migrate, then run the API and one worker until Ctrl-C, SIGTERM or SIGHUP."""
+    _stop_on_signals()
     settings = get_settings()
     migrate("head")
     ensure_admin_key()
     env = {**os.environ, "EPOCHAL_HOME": str(settings.resolved_home)}
-    api_proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env)
-    worker_proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], env=env)
+    # Sessions of their own: a closed terminal's SIGHUP (a restart, for Celery) or a Ctrl-C
+    # reaches `up` alone, which stops the two in order and can kill each group as one.
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "app.cli", verb], env=env, start_new_session=True)
+        for verb in ("api", "worker")
+    ]
     url = f"http://{settings.host}:{settings.port}"
     typer.echo(_banner(url, settings.resolved_api_key_file))
-    _wait_for_either(api_proc, worker_proc)
+    _wait_for_either(*procs)
 
 
 def _banner(url: str, key_file: Path) -> str:
@@ -196,6 +205,20 @@ def _banner(url: str, key_file: Path) -> str:
     )
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP (systemd, docker stop, a closed terminal) stop `up` as Ctrl-C does.
+
+    SIGINT is set too: a shell starts a background job with SIGINT ignored, and Python then
+    installs no Ctrl-C handler of its own.
+    """
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _interrupt)
+
+
 def _wait_for_either(*procs: subprocess.Popen[bytes]) -> None:
     try:
         while all(p.poll() is None for p in procs):
@@ -203,14 +226,26 @@ def _wait_for_either(*procs: subprocess.Popen[bytes]) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut the stopping short
+            signal.signal(signum, signal.SIG_IGN)
+        _stop(procs)
+
+
+def _stop(procs: tuple[subprocess.Popen[bytes], ...]) -> None:
+    """SIGTERM each (the worker re-queues a running job from its checkpoint), then SIGKILL
+    the process group of any still running after STOP_GRACE_SECONDS."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)  # the leader only: Celery's pool children obey it
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            # Training children die with their supervisor (PR_SET_PDEATHSIG).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def register(target: typer.Typer) -> None:

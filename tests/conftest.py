@@ -16,6 +16,7 @@ import pytest
 from tests.helpers import (
     PG_ADMIN,
     REDIS,
+    TIME_SCALE,
     clear_caches,
     configure,
     create_pg_database,
@@ -24,6 +25,18 @@ from tests.helpers import (
     migrate_in_subprocess,
     pick_redis_db,
 )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limits (pyproject's `timeout`, --timeout, a marker's) times TIME_SCALE."""
+    if TIME_SCALE == 1:
+        return
+    default = float(config.getoption("timeout", None) or config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0]) if marker is not None and marker.args else default
+        if seconds:  # put first, so it is the closest
+            item.add_marker(pytest.mark.timeout(seconds * TIME_SCALE), append=False)
 
 
 @pytest.fixture(autouse=True)

@@ -29,6 +29,22 @@ PG_ADMIN = os.environ.get(
     "EPOCHAL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
 REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
+# The checkout's `epochal`, server verbs included; tests/packaging runs an installed one instead.
+CHECKOUT_CLI = (sys.executable, "-m", "app.cli")
+# The one factor for every wall-clock budget the tests keep (each sized on a fast machine):
+# .ci/run measures the machine and sets it; 1 by default, at most 6.
+TIME_SCALE = min(max(float(os.environ.get("EPOCHAL_TEST_TIME_SCALE") or 1), 1.0), 6.0)
+
+
+def scaled(seconds: float) -> float:
+    """A budget in seconds, sized on a fast machine, stretched for this one."""
+    return seconds * TIME_SCALE
+
+
+def as_background_job() -> None:
+    """preexec_fn: start a command with SIGINT ignored, as a shell starts `cmd &` (and CI
+    runners their steps): Ctrl-C must still reach the commands that promise to answer it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def configure(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
@@ -57,7 +73,7 @@ def migrate() -> None:
 
 def migrate_in_subprocess(env: dict[str, str]) -> None:
     subprocess.run(
-        [sys.executable, "-m", "app.cli", "migrate"],
+        [*CHECKOUT_CLI, "migrate"],
         cwd=ROOT,
         env={**os.environ, **env},
         check=True,
@@ -122,6 +138,8 @@ class Service:
     api_key: str = ""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: Path = ROOT / "test-artifacts"
+    command: tuple[str, ...] = CHECKOUT_CLI  # how to run `epochal`, from `cwd`
+    cwd: Path = ROOT
 
     def client(self, api_key: str | None = None) -> httpx.Client:
         key = self.api_key if api_key is None else api_key
@@ -130,12 +148,10 @@ class Service:
 
     def create_key(self, name: str, admin: bool = False) -> str:
         """A new API key made with the real CLI (the key is the last word it prints)."""
-        argv = [sys.executable, "-m", "app.cli", "keys", "create", name] + (
-            ["--admin"] if admin else []
-        )
+        argv = [*self.command, "keys", "create", name] + (["--admin"] if admin else [])
         out = subprocess.run(
             argv,
-            cwd=ROOT,
+            cwd=self.cwd,
             env={**os.environ, **self.env},
             capture_output=True,
             text=True,
@@ -145,13 +161,13 @@ class Service:
 
     def start_api(self, workers: int = 1) -> None:
         port = self.url.rsplit(":", 1)[1]
-        argv = [sys.executable, "-m", "app.cli", "api", "--port", port, "--workers", str(workers)]
+        argv = [*self.command, "api", "--port", port, "--workers", str(workers)]
         self._spawn("api", argv)
         wait_until(lambda: _ok(self.url + "/healthz"), 30, "the API to answer /healthz")
 
     def start_worker(self, name: str = "worker", extra_env: dict[str, str] | None = None) -> None:
         node = f"{name}-{os.getpid()}@%h"
-        self._spawn(name, [sys.executable, "-m", "app.cli", "worker", "--name", node], extra_env)
+        self._spawn(name, [*self.command, "worker", "--name", node], extra_env)
 
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         proc = self.processes.pop(name, None)
@@ -162,7 +178,7 @@ class Service:
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=scaled(30))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -176,7 +192,12 @@ class Service:
         log = open(self.logs / f"{Path(self.env['EPOCHAL_HOME']).parent.name}-{name}.log", "ab")  # noqa: SIM115
         env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
         self.processes[name] = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            cwd=self.cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
@@ -188,6 +209,8 @@ def _ok(url: str) -> bool:
 
 
 def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll until `predicate` is truthy; `timeout` (a fast machine's seconds) is scaled."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

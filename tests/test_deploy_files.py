@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.packaging.venvs import WORKER_DEPS, WORKER_EXTRAS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,3 +135,32 @@ def test_the_flower_profile_watches_the_workers_broker_on_loopback() -> None:
     )
     assert flower["ports"][0].startswith("127.0.0.1:5555:5555")
     assert "redis" in flower["depends_on"] and flower["image"].startswith("mher/flower:")
+
+
+def dockerfile_stage(name: str) -> str:
+    """The lines of one build stage of the Dockerfile."""
+    parts = re.split(r"^FROM \S+ AS (\S+)$", (ROOT / "Dockerfile").read_text(), flags=re.M)
+    stages = dict(zip(parts[1::2], parts[2::2], strict=True))
+    return stages[name]
+
+
+def test_the_images_install_the_wheels_the_packaging_tests_install() -> None:
+    """Built once in a stage of their own from a copy of every package, never `pip install .`;
+    the worker adds what tests/packaging's server venv adds (after the CUDA frameworks)."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    build = dockerfile_stage("wheels")
+    assert "pip wheel --no-deps -w /wheels ./client ." in build
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {
+        p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    }
+    for folder in packages | {"client"}:
+        assert f"COPY {folder} ./{folder}" in build, folder
+    assert "pip install ." not in dockerfile and "pip install -e" not in dockerfile
+    assert "alembic.ini" not in dockerfile  # `epochal migrate` finds the migrations installed
+    assert "pip install /wheels/*.whl" in dockerfile_stage("api")
+    worker = dockerfile_stage("worker")
+    assert "/wheels/epochal_client-*.whl" in worker and f"[{WORKER_EXTRAS}]" in worker
+    assert all(dep in worker for dep in WORKER_DEPS)
+    migrate = compose_config()["services"]["migrate"]
+    assert migrate["command"] == ["epochal", "migrate"] and migrate["build"]["target"] == "api"

@@ -15,6 +15,7 @@ from app.services.maintenance import MaintenanceThread
 from app.services.queue import celery_config
 from worker import celery_logging as logging_setup
 from worker.supervisor import heartbeat as workers
+from worker.supervisor import shutdown
 from worker.supervisor.runner import warm_up
 from worker.supervisor.standby import POOL
 
@@ -34,6 +35,7 @@ celery_app.conf.update(
 )
 
 _threads: list[Any] = []
+_pools: list[Any] = []  # the consumer's task pool, to find its processes at shutdown
 logging_setup.connect()
 
 
@@ -52,12 +54,25 @@ def _no_waiting_children(**_: Any) -> None:
 def _start_background(sender: Any = None, **_: Any) -> None:
     settings = get_settings()
     name = sender.hostname if sender is not None else workers.worker_name(settings)
+    if sender is not None:
+        _pools.append(sender.pool)
     devices = workers.describe_gpus(settings.worker_gpu_ids)
     heartbeat = workers.HeartbeatThread(name, devices)
     maintenance = MaintenanceThread(settings, name="worker-maintenance")
     for thread in (heartbeat, maintenance):
         thread.start()
         _threads.append(thread)
+
+
+@signals.worker_shutting_down.connect
+def _stop_running_jobs(**_: Any) -> None:
+    """Warm shutdown would wait out the job: its supervisor stops and re-queues it instead."""
+    for pool in _pools:
+        try:
+            pids = pool.info.get("processes", [])
+        except (AttributeError, TypeError):  # not started, or already gone
+            continue
+        shutdown.notify(pids)
 
 
 @signals.worker_shutdown.connect

@@ -7,7 +7,9 @@ Codes (shown on the job as `error_code`):
   (database or disk trouble), child_killed (the training process died of a signal nobody sent
   it), child_crashed (it exited without reporting, e.g. an import error on this worker);
 - final: non_finite_loss, invalid_data, invalid_config, out_of_memory, timeout,
-  queue_timeout, internal_error (an unexpected exception: a retry would meet it again).
+  queue_timeout, internal_error (an unexpected exception: a retry would meet it again);
+- worker_shutdown: its worker was shutting down and stopped the attempt at a step boundary,
+  after a checkpoint; it is nobody's failure, so max_restarts does not bound it.
 Retrying only what a retry can fix stops an OOM-ing or NaN-ing spec from looping (P3, P37).
 """
 
@@ -26,8 +28,12 @@ STOP_SIGNAL = signal.SIGUSR1  # "stop at the next step boundary"; the stop file 
 SUPERVISOR_ENV = "EPOCHAL_SUPERVISOR_PID"  # the runner tells its child who its parent is
 SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold child
 DDP_INIT_ENV = "EPOCHAL_DDP_INIT"  # the DDP ranks' rendezvous (a file:// URL in the job dir)
+SHUTDOWN_REASON = "shutdown"  # the stop reason a worker shutting down gives its child
+SHUTDOWN_CODE = "worker_shutdown"  # the outcome's code for an attempt stopped by it
 EXIT_ORPHANED = 75  # the child found its supervisor gone before it could start
-RETRYABLE = frozenset({"worker_lost", "infrastructure", "child_killed", "child_crashed"})
+RETRYABLE = frozenset(
+    {"worker_lost", "infrastructure", "child_killed", "child_crashed", SHUTDOWN_CODE}
+)
 
 
 class JobConfigError(Exception):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from dataclasses import dataclass, field
 
 import typer
@@ -100,8 +102,20 @@ def _watch(client: Client, view: View, console: Console) -> None:
             live.update(view.render())
 
 
+def ctrl_c_interrupts() -> None:
+    """Make Ctrl-C raise KeyboardInterrupt even where it was ignored when we started.
+
+    A shell starts a background job (`cmd &`, a CI step, a test runner run that way) with
+    SIGINT ignored, and Python then installs no handler: the Ctrl-C that must bring up the
+    cancel prompt would do nothing at all while the job trains on.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def follow_job(client: Client, job: Job, console: Console) -> int:
     """Follow until the job ends; Ctrl-C asks whether to cancel it. Returns the exit code."""
+    ctrl_c_interrupts()
     view = View(job)
     try:
         _watch(client, view, console)

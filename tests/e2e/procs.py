@@ -37,3 +37,18 @@ def training_children(job_id: str) -> list[int]:
             if CHILD_MODULE in cmdline and job_id in cmdline and alive(int(entry.name)):
                 found.append(int(entry.name))
     return found
+
+
+def training_processes_of(home: Path) -> list[int]:
+    """Live training children (warm or assigned) of the service whose EPOCHAL_HOME is home."""
+    homes = {f"EPOCHAL_HOME={home}".encode(), f"EPOCHAL_HOME={home.resolve()}".encode()}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and CHILD_MODULE in _read(entry / "cmdline"):
+            try:
+                environ = set((entry / "environ").read_bytes().split(b"\0"))
+            except OSError:
+                continue
+            if environ & homes and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found

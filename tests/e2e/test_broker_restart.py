@@ -19,6 +19,7 @@ from tests.helpers import (
     free_port,
     migrate_in_subprocess,
     running_service,
+    scaled,
     wait_for_status,
     wait_until,
 )
@@ -45,7 +46,7 @@ class PrivateRedis:
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=scaled(10))
             self.process = None
 
     def messages(self, queue: str) -> int:

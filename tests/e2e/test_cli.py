@@ -20,10 +20,19 @@ from pathlib import Path
 import pytest
 
 from epochal_client.client import Client
-from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service, wait_until
+from tests.helpers import (
+    ROOT,
+    Service,
+    as_background_job,
+    migrate_in_subprocess,
+    running_service,
+    scaled,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
-LONG = ["--set", "dataset.samples=50000", "--set", "training.epochs=200", "--set",
+# A job that runs until cancelled, in short epochs (~200 steps): the first is soon on screen.
+LONG = ["--set", "dataset.samples=4000", "--set", "training.epochs=1000", "--set",
         "training.batch_size=16"]  # fmt: skip
 
 
@@ -43,7 +52,7 @@ def cli_env(service: Service) -> dict[str, str]:
 def epochal(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "app.cli", *args]
     return subprocess.run(
-        argv, cwd=ROOT, env=cli_env(service), capture_output=True, text=True, timeout=240
+        argv, cwd=ROOT, env=cli_env(service), capture_output=True, text=True, timeout=scaled(240)
     )
 
 
@@ -124,13 +133,19 @@ class Terminal:
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.master, slave = pty.openpty()
         self.process = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdin=slave, stdout=slave, stderr=slave
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            preexec_fn=as_background_job,  # Ctrl-C must work even so
         )
         os.close(slave)
         self.screen = ""
 
     def wait_for(self, text: str, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while text not in self.screen:
             assert time.monotonic() < deadline, f"no {text!r} in:\n{self.screen[-2000:]}"
             if select.select([self.master], [], [], 0.5)[0]:
@@ -144,7 +159,7 @@ class Terminal:
         os.write(self.master, keys.encode())
 
     def close(self) -> int:
-        code = self.process.wait(timeout=120)
+        code = self.process.wait(timeout=scaled(120))
         os.close(self.master)
         return code
 
@@ -159,7 +174,7 @@ def test_ctrl_c_asks_whether_to_cancel(
     job_id = terminal.wait_for("\n").split()[0]
     terminal.wait_for("val mae")  # the live table shows a finished epoch
     terminal.process.send_signal(signal.SIGINT)
-    terminal.wait_for("Cancel job")
+    terminal.wait_for("Cancel job", timeout=10)  # at once, not when the next event comes
     terminal.type(answer + "\n")
     terminal.wait_for("cancelled (cancelled)" if status else "left running")
     assert terminal.close() == code
@@ -168,5 +183,5 @@ def test_ctrl_c_asks_whether_to_cancel(
         if status is None:  # the job went on; clean up for the next test
             assert job.status == "running"
             client.cancel(job_id)
-            job = client.wait(job_id, timeout=60)
+            job = client.wait(job_id, timeout=scaled(60))
         assert job.status == "cancelled"

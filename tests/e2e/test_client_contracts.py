@@ -15,7 +15,7 @@ import pytest
 from sklearn.datasets import load_digits
 
 from epochal_client.client import ApiError, Client
-from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service
+from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service, scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +37,7 @@ def epochal(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
 
 
@@ -58,7 +58,7 @@ def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) ->
         job = client.submit(
             {"framework": "pytorch", "dataset": {"id": dataset.id}, "training": {"epochs": 2}}
         )
-        done = client.wait(job.id, timeout=120)
+        done = client.wait(job.id, timeout=scaled(120))
         assert done.status == "succeeded", done.error
         assert done.result is not None and "test_accuracy" in done.result
         assert any("attempt 1" in line for line in client.logs(job.id, tail=50))
@@ -110,7 +110,7 @@ def test_cli_uploads_a_csv_then_follows_a_finished_jobs_log(
         job = client.submit(
             {"framework": "pytorch", "dataset": {"id": dataset_id}, "training": {"epochs": 2}}
         )
-        done = client.wait(job.id, timeout=120)
+        done = client.wait(job.id, timeout=scaled(120))
         assert done.status == "succeeded", done.error
     started = time.monotonic()
     followed = epochal(service, "logs", job.id, "-f")  # the job has ended: this must return

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from app.schemas.job_spec import JobSpec
-from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service
+from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service, scaled
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = Path("/usr/bin/chromium")
@@ -109,7 +109,7 @@ def test_dashboard_submits_streams_the_curve_and_cancels(service: Service, page:
     job_id = page.url.rsplit("/", 1)[1]
 
     expect(page.get_by_test_id("status")).to_have_text("running")
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while points(page) < 3:  # epochs arrive over SSE without reloading the page
         assert time.monotonic() < deadline, "the loss curve did not grow to 3 epochs"
         page.wait_for_timeout(250)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +24,7 @@ def keys(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         env={**clean, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
 
 

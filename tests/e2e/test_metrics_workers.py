@@ -18,6 +18,7 @@ from tests.helpers import (
     free_port,
     migrate_in_subprocess,
     running_service,
+    scaled,
     submit_job,
     wait_until,
 )
@@ -52,7 +53,7 @@ def test_scrapes_sum_all_uvicorn_workers(tmp_path: Path) -> None:
         assert counts == {before + 20}
     finally:
         os.killpg(process.pid, 15)
-        process.wait(timeout=30)
+        process.wait(timeout=scaled(30))
 
 
 def _up(url: str) -> bool:

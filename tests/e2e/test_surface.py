@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from epochal_client.client import ApiError, Client, Event, parse_sse
-from tests.helpers import Service, running_service
+from tests.helpers import Service, running_service, scaled
 
 pytestmark = pytest.mark.e2e
 DIGITS: dict[str, Any] = {
@@ -73,7 +73,7 @@ def test_client_follows_a_job_and_metrics_series_move(service: Service, client: 
     polled = list(client.follow(job.id, mode="poll", poll_interval=0.2))
     assert [label(e) for e in polled] == [label(e) for e in streamed]
 
-    done = client.wait(job.id, timeout=60)
+    done = client.wait(job.id, timeout=scaled(60))
     assert done.status == "succeeded" and done.result and done.result["val_accuracy"] > 0.5
     rows = client.metrics(job.id)
     assert [r.epoch for r in rows] == [1, 2, 3] and rows[-1].train_loss < rows[0].train_loss

@@ -1,5 +1,6 @@
 """`epochal up` (what `make run` calls) as a user runs it: one command migrates, writes an admin
-key, starts the API and a worker, prints a curl that works as pasted, and Ctrl-C stops it all."""
+key, starts the API and a worker, prints a curl that works as pasted, and Ctrl-C stops it all;
+so do SIGTERM and SIGHUP, and a job they interrupt resumes from its checkpoint on the next start."""
 
 from __future__ import annotations
 
@@ -7,21 +8,33 @@ import contextlib
 import json
 import os
 import signal
+import socket
+import sqlite3
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.procs import alive, cmdline, parent_of
-from tests.helpers import ROOT, free_port, wait_for_status, wait_until
+from tests.e2e.procs import alive, cmdline, parent_of, training_children, training_processes_of
+from tests.helpers import ROOT, as_background_job, free_port, wait_for_status, wait_until
 
 pytestmark = pytest.mark.e2e
-STOP_WITHIN = 30.0  # seconds from SIGINT until `up` and every process under it are gone
+STOP_WITHIN = 30.0  # seconds from a stop signal until `up` and every process under it are gone
+# Short epochs (~0.1 s on a fast core) and enough of them to be stopped part-way.
+RESUMABLE: dict[str, Any] = {
+    "framework": "pytorch",
+    "dataset": {"name": "synthetic", "samples": 1000, "features": 16},
+    "model": {"hidden_units": [32]},
+    "training": {"epochs": 24, "batch_size": 16},
+    "checkpoint_every_epochs": 1,
+}
+Up = tuple[subprocess.Popen[bytes], Path, Path, str]
 
 
 def descendants(root: int) -> dict[int, str]:
@@ -45,28 +58,37 @@ def descendants(root: int) -> dict[int, str]:
 
 
 @pytest.fixture
-def up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path, str]]:
-    """`python -m app.cli up` on a fresh home and a free port; killed (as a group) if left."""
-    home, out = tmp_path / "home", tmp_path / "up.out"
+def start_up(tmp_path: Path) -> Iterator[Callable[[], Up]]:
+    """Starts `python -m app.cli up` on one home and port (again: a restart); each is killed
+    (as a group, with the warm children that run in sessions of their own) if left."""
+    home, port = tmp_path / "home", free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
     env |= {
         "EPOCHAL_HOME": str(home),
-        "EPOCHAL_PORT": str(free_port()),
+        "EPOCHAL_PORT": str(port),
         "EPOCHAL_WARM_FRAMEWORKS": "pytorch",  # no TensorFlow import on a shared CPU
+        "EPOCHAL_MAINTENANCE_SECONDS": "1",  # a re-queued job is re-sent within a second
         "PYTHONUNBUFFERED": "1",
     }
-    with open(out, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "up"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield proc, home, out, f"http://127.0.0.1:{env['EPOCHAL_PORT']}"
-    finally:  # after a failure: the group, and warm children that run in sessions of their own
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> Up:
+        out = tmp_path / f"up-{len(started)}.out"
+        with open(out, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "up"],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=as_background_job,  # Ctrl-C must work even so
+            )
+        started.append(proc)
+        return proc, home, out, f"http://127.0.0.1:{port}"
+
+    yield start
+    for proc in started:  # after a failure: the group, and children in sessions of their own
         leftovers = descendants(proc.pid)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -76,6 +98,11 @@ def up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path, st
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.fixture
+def up(start_up: Callable[[], Up]) -> Up:
+    return start_up()
+
+
 def _healthy(url: str) -> bool:
     try:
         return httpx.get(url + "/healthz", timeout=2).status_code == 200
@@ -83,9 +110,7 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def test_up_serves_trains_and_stops_on_ctrl_c(
-    up: tuple[subprocess.Popen[bytes], Path, Path, str],
-) -> None:
+def test_up_serves_trains_and_stops_on_ctrl_c(up: Up) -> None:
     proc, home, out, url = up
     wait_until(lambda: _healthy(url), 30, "`epochal up` to answer /healthz")
 
@@ -115,10 +140,72 @@ def test_up_serves_trains_and_stops_on_ctrl_c(
     children = descendants(proc.pid)
     commands = " ".join(children.values())
     assert "app.cli api" in commands and "celery" in commands, commands
-    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    stop_and_check(proc, home, url, signal.SIGINT)  # Ctrl-C
+
+
+def stop_and_check(proc: subprocess.Popen[bytes], home: Path, url: str, signum: int) -> None:
+    """Send `signum` to `up`: it, and every process it started, are gone within STOP_WITHIN."""
+    children = descendants(proc.pid)
+    proc.send_signal(signum)
     deadline = time.monotonic() + STOP_WITHIN
     proc.wait(timeout=STOP_WITHIN)
     while time.monotonic() < deadline and any(alive(pid) for pid in children):
         time.sleep(0.2)
     assert {pid: cmd for pid, cmd in children.items() if alive(pid)} == {}
+    assert training_processes_of(home) == []  # warm ones too, whenever started
     assert not _healthy(url)
+    with socket.socket() as sock:  # the port is free for the next start
+        sock.bind(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+
+
+def _client(url: str, home: Path) -> httpx.Client:
+    key = (home / "api-key").read_text().strip()
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def _epochs(client: httpx.Client, job_id: str) -> list[int]:
+    return [row["epoch"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]]
+
+
+def _rows(home: Path, job_id: str) -> list[tuple[int, int]]:
+    """(epoch, attempt that wrote it) of each stored row, straight from the SQLite file."""
+    with contextlib.closing(sqlite3.connect(home / "epochal.db")) as db:
+        query = "SELECT epoch, attempt FROM epoch_metric WHERE job_id = ? ORDER BY epoch"
+        return [(int(e), int(a)) for e, a in db.execute(query, (job_id,))]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_up_stops_on_signal(up: Up, signum: int) -> None:
+    """What systemd, `docker stop`, `timeout`, `kill` or a closed terminal send stops it all."""
+    proc, home, _, url = up
+    wait_until(lambda: _healthy(url), 30, "`epochal up` to answer /healthz")
+    wait_until(lambda: training_processes_of(home), 60, "the warm training process")
+    stop_and_check(proc, home, url, signum)
+
+
+def test_a_job_stopped_by_sigterm_resumes_on_the_next_start(start_up: Callable[[], Up]) -> None:
+    proc, home, _, url = start_up()
+    wait_until(lambda: _healthy(url), 30, "`epochal up` to answer /healthz")
+    with _client(url, home) as client:
+        job = client.post("/v1/jobs", json=RESUMABLE).json()
+        wait_until(lambda: len(_epochs(client, job["id"])) >= 2, 120, "two finished epochs")
+    stop_and_check(proc, home, url, signal.SIGTERM)
+    assert training_children(job["id"]) == []
+    stopped_after = len(_rows(home, job["id"]))
+    assert 2 <= stopped_after < RESUMABLE["training"]["epochs"]
+
+    _, _, _, url = start_up()  # the same home: the job waits there, re-queued
+    wait_until(lambda: _healthy(url), 30, "`epochal up` to answer /healthz again")
+    with _client(url, home) as client:
+        done = wait_for_status(client, job["id"], {"succeeded", "failed", "cancelled"}, 180)
+        log = client.get(f"/v1/jobs/{job['id']}/logs", params={"tail": 5000}).json()["lines"]
+    assert (done["status"], done["attempt"]) == ("succeeded", 2), done["error"]
+    epochs = RESUMABLE["training"]["epochs"]
+    requeued = [t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"]]
+    assert [t["reason"] for t in requeued] == [
+        f"worker shutting down; re-queued (stopped after epoch {stopped_after} of {epochs})"
+    ]
+    assert f"resuming from the checkpoint of epoch {stopped_after}" in "\n".join(log)
+    assert _rows(home, job["id"]) == [
+        (epoch, 1 if epoch <= stopped_after else 2) for epoch in range(1, epochs + 1)
+    ]

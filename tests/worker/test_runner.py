@@ -18,7 +18,7 @@ from app.domain import crud
 from app.domain.job_log import log_path
 from app.domain.tables import Job, JobStatus
 from app.schemas.job_spec import JobSpec
-from tests.helpers import ROOT, clear_caches, free_port
+from tests.helpers import ROOT, clear_caches, free_port, scaled
 from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv
 from worker.supervisor.runner import Attempt, outcome_of, record, record_end, supervise
 
@@ -207,6 +207,6 @@ def test_child_whose_supervisor_already_died_exits_at_once(tmp_path: Path) -> No
         cwd=ROOT,
         env=env,
         capture_output=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert done.returncode == 75, done.stderr.decode()

@@ -7,6 +7,7 @@ a database, so tests and benchmarks run exactly this code in-process.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from typing import Any
 
 from app.schemas.job_spec import JobSpec, resolved_mode
 from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_after
-from worker.protocol import Outcome
+from worker.protocol import SHUTDOWN_CODE, SHUTDOWN_REASON, Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
 from worker.training.checkpoint import Checkpointer
@@ -23,6 +24,8 @@ from worker.training.data import DataError, Splits, load_splits
 from worker.training.early_stopping import EarlyStopping
 from worker.training.loop import fit
 from worker.training.schedules import LRSchedule
+
+log = logging.getLogger("epochal.child")
 
 
 def best_monitor(spec: JobSpec, validate: bool) -> Monitor:
@@ -146,7 +149,8 @@ def run_attempt(
     checkpointer = Checkpointer(workdir / "checkpoints", backend, spec.checkpoint_every_epochs)
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)
-    checkpointer.restore(state)
+    if checkpointer.restore(state):
+        log.info("resuming from the checkpoint of epoch %d", state.epoch)
     started = time.perf_counter()
     fitted = fit(backend, state, callbacks, validate)
     seconds = time.perf_counter() - started
@@ -154,6 +158,11 @@ def run_attempt(
     if reason == "non_finite_loss":  # the last good checkpoint stays the latest
         return Outcome.failure("non_finite_loss", fitted.stop_detail or "non-finite loss", reason)
     checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
+    if reason == SHUTDOWN_REASON and state.epoch < state.epochs:
+        detail = f"stopped after epoch {state.epoch} of {state.epochs}"
+        return Outcome.failure(SHUTDOWN_CODE, detail, SHUTDOWN_REASON)
+    if reason == SHUTDOWN_REASON:  # every epoch was done already: finish the job here
+        reason = None
     if reason in ("cancelled", "timeout"):
         status = "cancelled" if reason == "cancelled" else "failed"
         detail = f"stopped after epoch {state.epoch} of {state.epochs} ({reason})"

@@ -65,7 +65,7 @@ def die_with_parent() -> None:
 
 
 def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
-    """On STOP_SIGNAL read why (cancelled | timeout) and let the loop stop at a step boundary."""
+    """On STOP_SIGNAL read why (cancelled | timeout | shutdown); the loop stops at a step."""
 
     def on_signal(_signum: int, _frame: object) -> None:
         reason = read_stop_reason(workdir, attempt, default="cancelled")

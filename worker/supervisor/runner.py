@@ -30,6 +30,8 @@ from app.domain.tables import JobStatus, utcnow
 from app.services import sweeps
 from app.services.dispatch import dispatch
 from worker.protocol import (
+    SHUTDOWN_CODE,
+    SHUTDOWN_REASON,
     SPAWNED_ENV,
     STOP_SIGNAL,
     SUPERVISOR_ENV,
@@ -38,6 +40,7 @@ from worker.protocol import (
     read_outcome,
     request_stop,
 )
+from worker.supervisor import shutdown
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.standby import POOL
 
@@ -64,6 +67,8 @@ class Attempt:
 def run_job(job_id: str, worker_name: str) -> None:
     """Claim the job (a duplicate delivery finds it taken and returns) and run one attempt."""
     settings = get_settings()
+    if shutdown.declined(job_id):
+        return
     with session_scope() as session:
         job = crud.claim_job(session, job_id, worker_name, settings.lease_seconds)
         if job is None:
@@ -90,7 +95,8 @@ def run_job(job_id: str, worker_name: str) -> None:
         record_end(settings, run)
     finally:
         _set_current_job(worker_name, None)
-        warm_up(settings, [spec["framework"]])  # the next job of this kind starts warm
+        if not shutdown.requested():
+            warm_up(settings, [spec["framework"]])  # the next job of this kind starts warm
 
 
 def warm_up(settings: Settings, frameworks: list[str]) -> None:
@@ -157,6 +163,8 @@ def supervise(settings: Settings, run: Attempt) -> None:
                 break
         if now >= run.deadline:
             _request_stop(run, "timeout")
+        elif shutdown.requested():
+            _request_stop(run, SHUTDOWN_REASON)
         _escalate(settings, run, now)
         try:  # wakes as soon as the child exits, not at the next poll
             run.process.wait(timeout=POLL_SECONDS)
@@ -239,6 +247,9 @@ def outcome_of(run: Attempt) -> Outcome:
         return reported
     code = run.process.returncode
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    if run.stop_reason == SHUTDOWN_REASON:  # ended while stopping: its last checkpoint stands
+        ended = f"the training process was ended while stopping for a shutdown ({how})"
+        return Outcome.failure(SHUTDOWN_CODE, ended, SHUTDOWN_REASON)
     if run.stop_reason is not None:  # it died after (or instead of) honouring a stop request
         cancelled = run.stop_reason == "cancelled"
         return Outcome(
@@ -288,7 +299,7 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
     """Re-queue a retryable failure, else write the final status (and say the job's sweep)."""
     with session_scope() as session:
         job = crud.get_job(session, job_id)
-        if job is None or job.attempt != attempt:
+        if job is None or job.attempt != attempt or shutdown.requeue(session, job, outcome):
             return None
         if outcome.retryable and job.status == JobStatus.cancelling:
             outcome = Outcome("cancelled", "cancelled", error=outcome.error)

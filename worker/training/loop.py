@@ -13,11 +13,20 @@ import math
 import time
 from dataclasses import dataclass
 
+from worker.protocol import SHUTDOWN_REASON
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
-# Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere.
-STOP_REASONS = ("early_stopping", "pruned", "cancelled", "timeout", "non_finite_loss")
+# Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere. A
+# worker shutting down yields to all: the job ends as any other reason says, not re-queued.
+STOP_REASONS = (
+    SHUTDOWN_REASON,
+    "early_stopping",
+    "pruned",
+    "cancelled",
+    "timeout",
+    "non_finite_loss",
+)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import scaled
 from worker.protocol import DDP_INIT_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,7 +38,7 @@ def run(framework: str, replicas: int, tmp_path: Path) -> dict[str, np.ndarray]:
     ranks = replicas if framework == "pytorch" else 1
     procs = [start(framework, replicas, rank, out, env) for rank in range(ranks)]
     for proc in procs:
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=scaled(120)) == 0
     with np.load(out) as data:
         return dict(data)
 
@@ -63,7 +64,7 @@ def test_a_loss_gone_non_finite_on_one_ddp_rank_stops_both(tmp_path: Path) -> No
     procs = [
         subprocess.Popen([*argv, str(rank), str(tmp_path)], cwd=ROOT, env=env) for rank in (0, 1)
     ]
-    assert [proc.wait(timeout=120) for proc in procs] == [0, 0]
+    assert [proc.wait(timeout=scaled(120)) for proc in procs] == [0, 0]
     for rank in (0, 1):
         outcome = json.loads((tmp_path / f"outcome-rank{rank}.json").read_text())
         assert (outcome["status"], outcome["stop_reason"]) == ("failed", "non_finite_loss")

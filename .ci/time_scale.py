@@ -1,0 +1,41 @@
+"""Print EPOCHAL_TEST_TIME_SCALE for this machine: how much slower than the reference machine
+(2 cores, where the tests' wall-clock budgets were sized) a fixed small workload runs, rounded
+to a whole number in [1, 6]. The workload is what the suite spends its time on: Python bytecode
+and small numpy matrix products, on one core. The best of three runs counts."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core, like one training process
+import numpy as np  # noqa: E402
+
+REFERENCE_SECONDS = 0.42  # its best time on the machine the budgets were sized on (loaded)
+
+
+def workload() -> float:
+    started = time.perf_counter()
+    total = 0
+    for i in range(1_500_000):
+        total += i * i % 7
+    a = np.random.default_rng(0).standard_normal((200, 200))
+    for _ in range(100):
+        a = np.tanh(a @ a / 200.0)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    best = min(workload() for _ in range(3))
+    scale = min(max(round(best / REFERENCE_SECONDS), 1), 6)
+    print(
+        f"machine speed: workload {best:.3f}s, reference {REFERENCE_SECONDS:.3f}s "
+        f"-> EPOCHAL_TEST_TIME_SCALE={scale}",
+        file=sys.stderr,
+    )
+    print(scale)
+
+
+if __name__ == "__main__":
+    main()

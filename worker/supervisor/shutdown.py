@@ -1,0 +1,74 @@
+"""A worker shutting down stops its running job at a step boundary and re-queues it.
+
+Celery's warm shutdown (SIGTERM to the worker: `docker stop`, systemd, `epochal up` stopping)
+waits for the running task, which here is the rest of a training job, and a killed worker
+leaves its job to the lease reaper. Instead, as soon as the worker's main process starts
+shutting down it sends SHUTDOWN_SIGNAL to its pool processes; a supervisor that got it asks its
+training child to stop (stop reason `shutdown`). The child keeps the finished epochs, writes a
+checkpoint and exits within seconds; the supervisor re-queues the job, and the next worker
+resumes it from that checkpoint under the same id. A worker shutting down still receives
+messages until its last task ends: it declines them, and the maintenance thread of whichever
+process runs next (another worker, the API, the next `epochal up`) sends the job again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterable
+
+from sqlalchemy.orm import Session
+
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain.tables import Job, JobStatus
+from worker.protocol import SHUTDOWN_CODE, Outcome
+
+SHUTDOWN_SIGNAL = signal.SIGUSR2  # main process -> pool process; Celery uses neither USR2 there
+_requested = threading.Event()
+
+
+def listen() -> None:
+    """In a pool process, before each job: from now on remember a shutdown (requested).
+
+    Not at the pool process's start: billiard sets its own exit handler on SHUTDOWN_SIGNAL
+    after Celery's process initializer, and that is right while no job runs.
+    """
+    signal.signal(SHUTDOWN_SIGNAL, lambda _signum, _frame: _requested.set())
+
+
+def requested() -> bool:
+    """Whether this pool process's worker is shutting down."""
+    return _requested.is_set()
+
+
+def notify(pool_pids: Iterable[int]) -> None:
+    """In the worker's main process: tell each pool process that the worker is stopping."""
+    for pid in pool_pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, SHUTDOWN_SIGNAL)
+
+
+def requeue(session: Session, job: Job, outcome: Outcome) -> bool:
+    """Re-queue a running job its shutting-down worker stopped; False if it is not one."""
+    if outcome.error_code != SHUTDOWN_CODE:
+        return False
+    reason = f"worker shutting down; re-queued ({outcome.error or SHUTDOWN_CODE})"
+    if not crud.requeue(session, job, reason):  # cancelling (it ends cancelled) or not ours
+        return False
+    session.commit()  # not sent: this worker would receive it; maintenance sends it (above)
+    return True
+
+
+def declined(job_id: str) -> bool:
+    """Before a job: True (and the job left queued, to be sent again) if shutting down."""
+    listen()
+    if not requested():
+        return False
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        if job is not None and job.status == JobStatus.queued:
+            crud.release_dispatch(session, job)  # the next maintenance round sends it at once
+    return True
