@@ -189,3 +189,25 @@ def test_there_is_an_example_sweep_for_each_framework() -> None:
     paths = sorted((ROOT / "examples" / "sweeps").glob("*.yaml"))
     frameworks = {load_spec(p, [])["base"]["framework"] for p in paths}
     assert frameworks == {"pytorch", "tensorflow"}
+
+
+@pytest.mark.parametrize("pruner", ["none", "median", "successive_halving", "hyperband"])
+@pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
+def test_every_sampler_and_pruner_is_built_and_draws(
+    sqlite_env: dict[str, str], sampler: str, pruner: str
+) -> None:
+    from app.services import sweep_study
+
+    params = {"reduction_factor": 3} if pruner in ("successive_halving", "hyperband") else {}
+    body = sweep_body(
+        sampler={"name": sampler, "seed": 1},
+        pruner={"name": pruner, "params": params, "min_epochs": 2},
+        parameters={"model.hidden_units": dist("categorical", choices=[[8], [16, 8]])},
+    )
+    spec = SweepSpec.model_validate_json(json.dumps(body))
+    sweep_study.ensure_tables()
+    study = sweep_study.open_study(f"{sampler}-{pruner}", spec)
+    trial = study.ask(sweep_study.distributions(spec))
+    drawn = sweep_study.decode(spec, trial.params)["model.hidden_units"]
+    assert drawn in ([8], [16, 8])
+    assert sweeps.trial_limit(spec) == (2 if sampler == "grid" else 4)
