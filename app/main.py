@@ -17,6 +17,7 @@ from app.api.routes import (
     health,
     job_logs,
     jobs,
+    predict,
     prometheus,
     sweeps,
     ui,
@@ -58,6 +59,7 @@ def create_app() -> FastAPI:
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_key)], responses=errors.V1_RESPONSES)
     v1.include_router(jobs.router)
     v1.include_router(artifacts.router)
+    v1.include_router(predict.router)
     v1.include_router(datasets.router)
     v1.include_router(workers.router)
     v1.include_router(job_logs.router)

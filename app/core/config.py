@@ -76,6 +76,15 @@ class Settings(BaseSettings):
         0.5, gt=0, le=60, description="How often each API process reads new job events for SSE."
     )
 
+    # Predictions (POST /v1/jobs/{id}/predict), served from each job's model.onnx.
+    max_predict_rows: int = Field(1024, ge=1, le=1_000_000, description="Rows per request.")
+    predict_cache_sessions: int = Field(
+        8, ge=1, le=1024, description="ONNX Runtime sessions each API process keeps loaded."
+    )
+    predict_threads: int = Field(
+        1, ge=1, le=64, description="Intra-op threads of each session (one suits a small box)."
+    )
+
     @model_validator(mode="after")
     def _lease_outlives_heartbeats(self) -> Settings:
         # A lease shorter than two heartbeats would let the reaper re-queue healthy jobs.

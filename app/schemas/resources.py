@@ -36,7 +36,7 @@ class DatasetsPublic(BaseModel):
 class ArtifactPublic(BaseModel):
     """One thing a job produced."""
 
-    kind: Literal["model", "checkpoint", "spec", "log"]
+    kind: Literal["model", "onnx", "model_card", "checkpoint", "spec", "log"]
     name: str = Field(description="file name, or the checkpoint directory's name")
     size_bytes: int
     epoch: int | None = Field(None, description="the epoch a checkpoint was taken after")

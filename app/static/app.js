@@ -151,17 +151,20 @@
     metricSvg.setAttribute("data-testid", "metric-chart");
     const latest = h("tbody"), transBody = h("tbody", { "data-testid": "transitions" });
     const errorBox = h("p", { class: "error", "data-testid": "job-error" });
+    const evaluation = h("section", { "data-testid": "evaluation" });
+    let shownReport = null; // the report is drawn once, not on every repaint
     const cancel = h("button", { class: "danger", type: "button", "data-testid": "cancel", on: { click: async () => {
       if (!confirm(`Cancel job ${job.name}?`)) return;
       cancel.disabled = true;
       try { job = await getJson(`/v1/jobs/${jobId}/cancel`, { method: "POST" }); paint(); }
       catch (err) { errorBox.textContent = err.message; cancel.disabled = false; }
     } } }, "Cancel");
-    const download = h("button", { class: "primary", type: "button", "data-testid": "download", on: { click: downloadModel } }, "Download model");
+    const download = h("button", { class: "primary", type: "button", "data-testid": "download", on: { click: () => downloadModel("model") } }, "Download model");
+    const downloadOnnx = h("button", { class: "primary", type: "button", "data-testid": "download-onnx", on: { click: () => downloadModel("onnx") } }, "Download ONNX");
 
-    async function downloadModel() {
+    async function downloadModel(kind) {
       try {
-        const response = await api(`/v1/jobs/${jobId}/artifacts/model`);
+        const response = await api(`/v1/jobs/${jobId}/artifacts/${kind}`);
         const match = /filename="?([^";]+)"?/.exec(response.headers.get("content-disposition") || "");
         const link = h("a", { href: URL.createObjectURL(await response.blob()), download: match ? match[1] : `${jobId}-model` });
         document.body.append(link); link.click(); link.remove();
@@ -174,12 +177,16 @@
       progress.replaceChildren(h("progress", { max: job.epochs, value: job.current_epoch }), ` epoch ${job.current_epoch}/${job.epochs}`);
       cancel.hidden = TERMINAL.has(job.status);
       download.hidden = job.status !== "succeeded";
+      downloadOnnx.hidden = !(job.result && job.result.export);
       errorBox.textContent = job.error || "";
+      const report = (job.result || {}).evaluation || null;
+      if (report !== shownReport) { evaluation.replaceChildren(...EpochalReport.render(report)); shownReport = report; }
       facts.replaceChildren(
         h("dt", {}, "id"), h("dd", {}, job.id), h("dt", {}, "framework"), h("dd", {}, job.framework),
         h("dt", {}, "attempt"), h("dd", {}, job.attempt), h("dt", {}, "stop reason"), h("dd", {}, job.stop_reason || "–"),
         h("dt", {}, "best epoch"), h("dd", {}, job.best_epoch ? `${job.best_epoch} (${num(job.best_metric)})` : "–"),
-        Object.entries(job.result || {}).map(([k, v]) => [h("dt", {}, k), h("dd", {}, typeof v === "number" ? num(v) : String(v))]));
+        ...Object.entries(job.result || {}).filter(([k]) => k !== "evaluation").flatMap(([k, v]) => [h("dt", {}, k),
+          h("dd", {}, typeof v === "number" ? num(v) : v !== null && typeof v === "object" ? JSON.stringify(v) : String(v))]));
       const series = (key, name, color) => ({ name, color, points: sorted.map((r) => [r.epoch, r[key]]).filter((p) => p[1] !== null) });
       EpochalChart.draw(lossSvg, { title: "loss", bestX: job.best_epoch, series: [series("train_loss", "train", "#2563eb"), series("val_loss", "validation", "#f97316")] });
       const metric = regression ? "mae" : "accuracy";
@@ -190,12 +197,13 @@
       transBody.replaceChildren(...transitions.map((t) => h("tr", {}, h("td", {}, when(t.at)), h("td", {}, `${t.from_status || "–"} → ${t.to_status}`), h("td", {}, t.reason), h("td", {}, t.attempt))));
     }
 
-    show(h("div", { class: "toolbar" }, h("h1", {}, job.name), status, progress, cancel, download),
+    show(h("div", { class: "toolbar" }, h("h1", {}, job.name), status, progress, cancel, download, downloadOnnx),
       errorBox,
       h("div", { class: "charts" }, h("div", { class: "card" }, lossSvg), h("div", { class: "card" }, metricSvg)),
       h("div", { class: "charts" },
         h("div", {}, h("h2", {}, "Latest epoch"), h("table", {}, latest)),
         h("div", {}, h("h2", {}, "Job"), facts)),
+      evaluation,
       h("h2", {}, "Transitions"),
       h("table", {}, h("thead", {}, h("tr", {}, ["At", "Change", "Reason", "Attempt"].map((c) => h("th", {}, c)))), transBody),
       h("h2", {}, "Spec"), h("pre", { "data-testid": "spec" }, JSON.stringify(job.spec, null, 2)));

@@ -6,9 +6,10 @@ Prints `BENCH <name> <value> <unit>` lines and a table. Starts and stops everyth
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from benchmarks.machine import describe as machine
-from benchmarks.service import growth, latency, overhead, polling, sse
+from benchmarks.service import growth, latency, overhead, polling, predict, sse
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
 from benchmarks.service.sweeps import bench_sweeps
@@ -95,7 +96,24 @@ def bench_overhead(report: Report, quick: bool) -> None:
                     report.add(f"overhead_{part}_{framework}", seconds, "s", "median")
 
 
-STEPS = ("latency", "overhead", "polling", "growth", "sweeps")
+def bench_predict(report: Report, quick: bool) -> None:
+    with bench_env("postgres") as env:
+        env["EPOCHAL_WARM_FRAMEWORKS"] = "pytorch"  # the job is PyTorch: no TensorFlow standby
+        with running(env, worker=True) as service, service.client() as client:
+            artifacts = Path(env["EPOCHAL_HOME"]) / "artifacts"
+            job_id, row_shape, source = predict.trained_job(client, artifacts)
+            result = predict.measure(client, job_id, row_shape, quick)
+    setup = f"digits MLP 128-64 ({source}), 1 uvicorn worker, PostgreSQL, one client"
+    for rows in ("1_row", "256_rows", "256_rows_npy"):
+        body = ".npy body" if rows.endswith("npy") else "JSON body"
+        report.add(f"predict_{rows}_p50_ms", result[f"{rows}_p50_ms"], "ms", f"{body}; {setup}")
+        report.add(f"predict_{rows}_p99_ms", result[f"{rows}_p99_ms"], "ms", body)
+        report.add(f"predictions_per_s_{rows}", result[f"{rows}_per_s"], "rows/s", body)
+    baseline = "GET /v1/jobs/{id}: the same key check and job lookup, no model"
+    report.add("predict_baseline_get_job_p50_ms", result["get_job_p50_ms"], "ms", baseline)
+
+
+STEPS = ("latency", "overhead", "polling", "growth", "predict", "sweeps")
 
 
 def run(quick: bool, only: str | None = None) -> Report:
@@ -107,6 +125,7 @@ def run(quick: bool, only: str | None = None) -> Report:
         "polling": lambda: bench_polling(report, quick),
         "growth": lambda: bench_growth(report, quick),
         "sweeps": lambda: bench_sweeps(report, quick),
+        "predict": lambda: bench_predict(report, quick),
     }
     for name in STEPS:
         if only in (None, name):

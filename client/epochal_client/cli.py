@@ -20,8 +20,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from epochal_client import render
-from epochal_client.client import ApiError, Client
+from epochal_client import predict_files, render, tensorboard_export
+from epochal_client.client import MODEL_FORMATS, ApiError, Client
 from epochal_client.follow import follow_job
 
 # Piped output is for grep and scripts: wide rows, never wrapped at 80 columns.
@@ -120,6 +120,8 @@ def show(
         print(json.dumps(job.__dict__, default=str, indent=2))
         return
     console.print(render.job_details(job))
+    for table in render.evaluation_tables(job.result):
+        console.print(table)
     console.print(render.transitions_table(job))
 
 
@@ -187,11 +189,56 @@ def cancel(job_id: Annotated[str, typer.Argument()]) -> None:
 def download(
     job_id: Annotated[str, typer.Argument()],
     path: Annotated[Path, typer.Argument(help="file or folder")] = Path("."),
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format", help="native (model.pt / model.keras), onnx, or card (model-card.json)"
+        ),
+    ] = "native",
 ) -> None:
-    """Download the trained model."""
+    """Download the trained model, its portable model.onnx, or its model card."""
+    if format not in MODEL_FORMATS:
+        errors.print(f"--format is one of {', '.join(MODEL_FORMATS)}, not {format!r}")
+        raise typer.Exit(2)
     with connect() as client:
-        saved = client.download_model(job_id, path)
+        saved = client.download_model(job_id, path, format)
     console.print(f"saved {saved}", highlight=False)
+
+
+def predict(
+    job_id: Annotated[str, typer.Argument()],
+    file: Annotated[Path, typer.Argument(help=".npy, .npz (array x), .csv or .json rows")],
+    as_json: Annotated[bool, typer.Option("--json", help="the answer as JSON")] = False,
+    batch: Annotated[int, typer.Option(min=1, help="rows per request")] = 256,
+) -> None:
+    """Predict raw rows with a succeeded job's model (served by the API with ONNX Runtime)."""
+    try:
+        rows = predict_files.read_rows(file)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    with connect() as client:
+        parts = [client.predict(job_id, part) for part in predict_files.batches(rows, batch)]
+    answer = predict_files.merge(parts)
+    if as_json:
+        print(json.dumps({k: v for k, v in answer.__dict__.items() if v is not None}))
+    else:
+        console.print(predict_files.predictions_table(answer))
+
+
+def tensorboard(
+    job_ids: Annotated[list[str], typer.Argument(help="one or more jobs")],
+    logdir: Annotated[Path, typer.Option(help="where the runs go")] = Path("runs"),
+) -> None:
+    """Write jobs' metrics and hyperparameters as TensorBoard runs: tensorboard --logdir DIR."""
+    with connect() as client:
+        for job_id in job_ids:
+            job, rows = client.get(job_id), client.metrics(job_id)
+            try:
+                run_dir = tensorboard_export.write_run(logdir, job, rows)
+            except RuntimeError as exc:
+                errors.print(f"[red]error:[/] {exc}")
+                raise typer.Exit(1) from None
+            console.print(f"{run_dir}  {len(rows)} epochs", highlight=False)
 
 
 @datasets.command("upload")
@@ -234,7 +281,8 @@ def workers() -> None:
 
 def register_client_commands(cli: typer.Typer) -> None:
     """Add the client commands to a Typer app."""
-    for command in (submit, follow, jobs, show, metrics, logs, cancel, download, workers):
+    verbs = (submit, follow, jobs, show, metrics, logs, cancel, download, predict, tensorboard)
+    for command in (*verbs, workers):
         cli.command()(command)
     cli.add_typer(datasets, name="datasets")
     from epochal_client.sweep_cli import sweep  # imports this module: after it is defined

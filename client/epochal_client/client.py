@@ -12,6 +12,7 @@ Every error the API answers is raised as ApiError carrying the problem details.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
@@ -29,6 +30,7 @@ from epochal_client.types import (
     Event,
     Job,
     MetricRow,
+    Predictions,
     WorkerInfo,
     build,
     parse_sse,
@@ -41,6 +43,7 @@ __all__ = [
     "Event",
     "Job",
     "MetricRow",
+    "Predictions",
     "WorkerInfo",
     "TERMINAL",
     "parse_sse",
@@ -253,10 +256,13 @@ class Client(SweepMethods):
     def datasets(self) -> list[Dataset]:
         return [build(Dataset, item) for item in _items(self._json("GET", "/v1/datasets"))]
 
-    def download_model(self, job_id: str, path: str | Path = ".") -> Path:
-        """Save the trained model; into a folder under the server's file name, or to `path`."""
+    def download_model(self, job_id: str, path: str | Path = ".", format: str = "native") -> Path:
+        """Save the trained model into a folder under the server's file name, or to `path`:
+        `native` (model.pt or model.keras), `onnx` (model.onnx) or `card` (model-card.json)."""
+        if format not in MODEL_FORMATS:
+            raise ValueError(f"format is one of {', '.join(MODEL_FORMATS)}, not {format!r}")
         target = Path(path)
-        url = f"/v1/jobs/{job_id}/artifacts/model"
+        url = f"/v1/jobs/{job_id}/artifacts/{MODEL_FORMATS[format]}"
         try:
             with self._http.stream("GET", url) as response:
                 if response.status_code >= 400:
@@ -269,8 +275,30 @@ class Client(SweepMethods):
             raise ApiError.unreachable(self.url, exc) from exc
         return target
 
+    def predict(self, job_id: str, inputs: Any) -> Predictions:
+        """A succeeded job's predictions for raw rows: nested lists in the model card's row
+        shape (sent as JSON), or a numpy array (sent as .npy; numpy stays optional)."""
+        url = f"/v1/jobs/{job_id}/predict"
+        if type(inputs).__module__ != "numpy":
+            return build(Predictions, self._json("POST", url, json={"inputs": inputs}))
+        npy = {"Content-Type": "application/x-npy"}
+        return build(Predictions, self._json("POST", url, content=_npy_bytes(inputs), headers=npy))
+
     def workers(self) -> list[WorkerInfo]:
         return [build(WorkerInfo, item) for item in _items(self._json("GET", "/v1/workers"))]
+
+
+def _npy_bytes(array: Any) -> bytes:
+    """An array as the bytes of a .npy file (never pickled)."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+# download_model's formats -> the artifact route that serves each
+MODEL_FORMATS = {"native": "model", "onnx": "onnx", "card": "model-card"}
 
 
 def _save(response: httpx.Response, target: Path) -> None:

@@ -82,11 +82,47 @@ def job_details(job: Job) -> Table:
         ("finished", job.finished_at),
         ("tags", ", ".join(f"{k}={v}" for k, v in job.tags.items()) or None),
     ]
-    rows += [(f"result.{k}", v) for k, v in (job.result or {}).items()]
+    # the evaluation report has tables of its own (evaluation_tables)
+    rows += [(f"result.{k}", v) for k, v in (job.result or {}).items() if k != "evaluation"]
     for label, value in rows:
         if value is not None:
             table.add_row(f"[bold]{label}[/]", value if isinstance(value, str) else fmt(value))
     return table
+
+
+def evaluation_tables(result: dict[str, Any] | None) -> list[Table]:
+    """The result's evaluation report: per-class table and top confusions, or the regression
+    errors; nothing for a job without one."""
+    report = (result or {}).get("evaluation")
+    if not report:
+        return []
+    where = f"evaluation on {report['split']} ({report['samples']} samples)"
+    if report["task"] == "regression":
+        table = Table(
+            "metric", "value", title=where, box=None, title_justify="left", min_width=len(where)
+        )
+        for name in ("mae", "rmse", "r2"):
+            table.add_row(name, fmt(report[name]))
+        for q, value in report["residual_quantiles"].items():
+            table.add_row(f"residual p{q}", fmt(value))
+        return [table]
+    title = f"{where}: accuracy {fmt(report['accuracy'])}, macro F1 {fmt(report['macro_f1'])}"
+    headers = ("class", "precision", "recall", "f1", "support")
+    classes = Table(*headers, title=title, box=None, title_justify="left", min_width=len(title))
+    for row in report["per_class"]:
+        cells = [fmt(row[k]) for k in ("precision", "recall", "f1", "support")]
+        classes.add_row(str(row["class"]), *cells)
+    confusions = Table(
+        "true",
+        "predicted as",
+        "count",
+        title="most frequent confusions",
+        box=None,
+        title_justify="left",
+    )
+    for pair in report["top_confusions"]:
+        confusions.add_row(str(pair["true"]), str(pair["predicted"]), str(pair["count"]))
+    return [classes, confusions]
 
 
 def transitions_table(job: Job) -> Table:

@@ -121,6 +121,15 @@ class Dataset:
 
 
 @dataclass(frozen=True)
+class Predictions:
+    """One prediction per row: a class (name or index) or a value; classification adds the
+    probability of each class per row."""
+
+    predictions: list[Any]
+    probabilities: list[list[float]] | None = None
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """A live worker as its heartbeats describe it."""
 

@@ -70,6 +70,36 @@ def test_a_succeeded_job_lists_its_files_and_serves_its_model(client: TestClient
     assert f'filename="my-job-{job_id[:8]}.pt"' in model.headers["content-disposition"]
 
 
+def test_a_succeeded_job_lists_and_serves_its_onnx_model_and_card(client: TestClient) -> None:
+    job_id, root = job_with_files(client, JobStatus.succeeded)
+    (root / "model" / "model.onnx").write_bytes(b"o" * 30)
+    (root / "model" / "model-card.json").write_text('{"format_version": 1}')
+    items = client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]
+    by_kind = {item["kind"]: item for item in items}
+    assert [item["kind"] for item in items][:3] == ["model", "onnx", "model_card"]
+    assert by_kind["onnx"]["url"] == f"/v1/jobs/{job_id}/artifacts/onnx"
+    assert by_kind["onnx"]["size_bytes"] == 30 and by_kind["onnx"]["name"] == "model.onnx"
+    assert by_kind["model_card"]["url"] == f"/v1/jobs/{job_id}/artifacts/model-card"
+    onnx = client.get(f"/v1/jobs/{job_id}/artifacts/onnx")
+    assert onnx.status_code == 200 and onnx.content == b"o" * 30
+    assert f'filename="my-job-{job_id[:8]}.onnx"' in onnx.headers["content-disposition"]
+    card = client.get(f"/v1/jobs/{job_id}/artifacts/model-card")
+    assert card.json() == {"format_version": 1}
+    assert card.headers["content-type"].startswith("application/json")
+    assert f"my-job-{job_id[:8]}-model-card.json" in card.headers["content-disposition"]
+
+
+def test_no_onnx_model_before_success_or_without_the_file(client: TestClient) -> None:
+    job_id, root = job_with_files(client, JobStatus.running)
+    (root / "model" / "model.onnx").write_bytes(b"o" * 30)
+    kinds = [item["kind"] for item in client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]]
+    assert "onnx" not in kinds
+    response = client.get(f"/v1/jobs/{job_id}/artifacts/onnx")
+    assert response.status_code == 404 and "model.onnx" in response.json()["detail"]
+    done, _ = job_with_files(client, JobStatus.succeeded)  # a model.pt, but no export
+    assert client.get(f"/v1/jobs/{done}/artifacts/model-card").status_code == 404
+
+
 def test_no_model_until_the_job_succeeded(client: TestClient) -> None:
     job_id, _ = job_with_files(client, JobStatus.running)
     kinds = [item["kind"] for item in client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]]

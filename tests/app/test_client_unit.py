@@ -5,11 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import typer
+from rich.console import Console
 
+from epochal_client import render
 from epochal_client.cli import load_spec, new_lines
 from epochal_client.client import ApiError, Client, default_api_key, parse_sse
 from tests.helpers import ROOT
@@ -187,3 +190,40 @@ def test_follow_without_an_events_route_still_reports_a_missing_job_or_sse_only(
         with pytest.raises(ApiError) as refused:
             list(client.follow("j1", mode="sse"))
         assert refused.value.status == 404 and server.job_gets == 0
+
+
+def rendered(tables: list[Any]) -> str:
+    console = Console(record=True, width=120)
+    for table in tables:
+        console.print(table)
+    return console.export_text()
+
+
+def test_show_renders_the_per_class_table_and_top_confusions() -> None:
+    per_class = [
+        {"class": k, "precision": 0.5 + k / 10, "recall": None if k == 2 else 0.75, "f1": 0.6,
+         "support": 10 + k}
+        for k in range(3)
+    ]  # fmt: skip
+    report = {
+        "split": "test", "task": "classification", "samples": 33, "accuracy": 0.8125,
+        "macro_f1": 0.6, "per_class": per_class, "confusion_matrix": [[1]],
+        "top_confusions": [{"true": 2, "predicted": 1, "count": 7}],
+    }  # fmt: skip
+    text = rendered(render.evaluation_tables({"test_accuracy": 0.8125, "evaluation": report}))
+    assert "evaluation on test (33 samples): accuracy 0.8125, macro F1 0.6" in text
+    lines = [line.split() for line in text.splitlines()]
+    assert ["0", "0.5", "0.75", "0.6", "10"] in lines and ["2", "0.7", "–", "0.6", "12"] in lines
+    assert ["2", "1", "7"] in lines  # true 2 predicted as 1, 7 times
+    assert render.evaluation_tables({"test_accuracy": 0.5}) == []
+
+
+def test_show_renders_a_regression_report() -> None:
+    report = {
+        "split": "val", "task": "regression", "samples": 9, "mae": 0.25, "rmse": 0.5, "r2": 0.9,
+        "residual_quantiles": {"5": -1.0, "25": -0.5, "50": 0.0, "75": 0.5, "95": 1.0},
+    }  # fmt: skip
+    text = rendered(render.evaluation_tables({"evaluation": report}))
+    lines = [line.split() for line in text.splitlines()]
+    assert ["mae", "0.25"] in lines and ["r2", "0.9"] in lines
+    assert ["residual", "p95", "1"] in lines

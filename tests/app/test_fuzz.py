@@ -14,6 +14,8 @@ from app.main import create_app
 from tests.conftest import make_key
 
 app = create_app()
+# POST /v1/jobs/{id}/predict also takes an .npy body (a binary string in the schema): sent as is.
+schemathesis.serializer.alias("application/x-npy", "application/octet-stream")
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

@@ -3,6 +3,7 @@ artifacts, logs, workers — on a live service (embedded default)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import pytest
 from sklearn.datasets import load_digits
 
@@ -64,6 +66,14 @@ def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) ->
         assert any("attempt 1" in line for line in client.logs(job.id, tail=50))
         model = client.download_model(job.id, tmp_path)
         assert model.suffix == ".pt" and model.stat().st_size > 1000
+        portable = client.download_model(job.id, tmp_path, format="onnx")
+        assert portable.suffix == ".onnx"
+        # onnxruntime alone, raw rows as uploaded (0..16): the job's own test accuracy, exactly
+        session = onnxruntime.InferenceSession(str(portable), providers=["CPUExecutionProvider"])
+        (logits,) = session.run(None, {"input": digits.images[1500:].astype(np.float32)})
+        accuracy = float(np.mean(np.argmax(logits, axis=1) == digits.target[1500:]))
+        assert accuracy == done.result["test_accuracy"]
+        assert sum(map(sum, done.result["evaluation"]["confusion_matrix"])) == 297
         assert [w.busy for w in client.workers()] == [False]
         with pytest.raises(ApiError) as missing:
             client.download_model("00000000-0000-0000-0000-000000000000", tmp_path)
@@ -78,6 +88,11 @@ def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) ->
     download = epochal(service, "download", job.id, str(target))
     assert download.returncode == 0, download.stderr
     assert target.stat().st_size == model.stat().st_size
+    card = epochal(service, "download", job.id, str(tmp_path), "--format", "card")
+    assert card.returncode == 0, card.stderr
+    saved = json.loads(next(tmp_path.glob("*-model-card.json")).read_text())
+    assert saved["job_id"] == job.id and saved["input"]["shape"] == [None, 8, 8]
+    assert saved["normalization"]["kind"] == "unit" and saved["classes"] == list(range(10))
 
 
 def test_cli_uploads_a_csv_then_follows_a_finished_jobs_log(

@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from app.schemas.job_spec import JobSpec
-from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service, scaled
+from tests.helpers import (
+    ROOT,
+    Service,
+    migrate_in_subprocess,
+    running_service,
+    scaled,
+    submit_job,
+    wait_for_status,
+)
 
 pytestmark = pytest.mark.e2e
 CHROMIUM = Path("/usr/bin/chromium")
@@ -135,3 +143,27 @@ def test_dashboard_submits_streams_the_curve_and_cancels(service: Service, page:
     assert not [url for url in page.urls if service.api_key in url]
     with service.client() as http:
         assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+
+
+def test_a_succeeded_jobs_page_draws_the_confusion_matrix(service: Service, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    with service.client() as http:
+        job = submit_job(http, dataset={"name": "digits"}, training={"epochs": 2})
+        done = wait_for_status(http, job["id"], {"succeeded", "failed"})
+    assert done["status"] == "succeeded", done.get("error")
+    page.goto(f"{service.url}/ui")
+    page.get_by_test_id("api-key").fill(service.api_key)
+    page.get_by_test_id("login").click()
+    expect(page.get_by_test_id("jobs")).to_be_visible()
+    page.goto(f"{service.url}/ui#/jobs/{job['id']}")
+    expect(page.get_by_test_id("heatmap")).to_be_visible()
+    cells = page.get_by_test_id("heatmap-cell")
+    expect(cells).to_have_count(10 * 10)  # classes², rows true, columns predicted
+    matrix = done["result"]["evaluation"]["confusion_matrix"]
+    shown = [int(text or 0) for text in cells.all_inner_texts()]
+    assert shown == [count for row in matrix for count in row]
+    expect(page.get_by_test_id("per-class").locator("tbody tr")).to_have_count(10)
+    expect(page.get_by_test_id("download-onnx")).to_be_visible()
+    page.screenshot(path=str(SHOTS / "dashboard-evaluation.png"), full_page=True)
+    assert page.errors == []

@@ -110,7 +110,7 @@ def test_upload_train_download_and_load_the_model(
     assert done["result"]["evaluated_on"] == "test" and done["result"]["test_accuracy"] >= 0.8
     listing = client.get(f"/v1/jobs/{job['id']}/artifacts").json()
     by_kind = {item["kind"]: item for item in listing["items"]}
-    assert sorted(by_kind) == ["checkpoint", "log", "model", "spec"]
+    assert sorted(by_kind) == ["checkpoint", "log", "model", "model_card", "onnx", "spec"]
     assert by_kind["checkpoint"]["epoch"] == 6 and by_kind["model"]["size_bytes"] > 0
     assert (listing["input_shape"], listing["outputs"]) == ([8, 8], 10)
     monkeypatch.chdir(tmp_path)
@@ -119,4 +119,8 @@ def test_upload_train_download_and_load_the_model(
     exec(readme_block(block), scope)  # noqa: S102 (our own README)
     accuracy = float(np.mean(scope["predicted"] == y_test))
     assert abs(accuracy - done["result"]["test_accuracy"]) <= 0.01
+    onnx_scope = names | {"x": x_test}  # raw rows: this upload is used as it is ("none")
+    exec(readme_block("ONNX Runtime"), onnx_scope)  # noqa: S102 (our own README)
+    assert float(np.mean(onnx_scope["predicted"] == y_test)) == done["result"]["test_accuracy"]
+    assert onnx_scope["card"]["framework"] == framework
     assert client.delete(f"/v1/datasets/{dataset_id}").status_code == 204

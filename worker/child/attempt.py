@@ -23,6 +23,7 @@ from worker.training.checkpoint import Checkpointer
 from worker.training.data import DataError, Splits, load_splits
 from worker.training.early_stopping import EarlyStopping
 from worker.training.loop import fit
+from worker.training.model_card import ExportError, evaluate, export_onnx, model_card, write_card
 from worker.training.schedules import LRSchedule
 
 log = logging.getLogger("epochal.child")
@@ -79,6 +80,36 @@ def final_result(
     }
 
 
+def finish(
+    spec: JobSpec,
+    backend: Backend,
+    splits: Splits,
+    state: TrainState,
+    logs: Logs,
+    seconds: float,
+    workdir: Path,
+    timings: dict[str, float],
+    job_id: str | None,
+) -> dict[str, Any]:
+    """Export (model file, model.onnx, card) and the final result with its evaluation report;
+    the main rank alone writes and evaluates. Raises ExportError when model.onnx differs."""
+    model_dir, onnx = workdir / "model", None
+    with phase(timings, "export_s"):
+        if backend.is_main:
+            model_dir.mkdir(parents=True, exist_ok=True)
+            backend.export_model(model_dir)
+            onnx = export_onnx(spec, backend, splits, model_dir)
+    with phase(timings, "final_eval_s"):
+        result = final_result(backend, splits, state, logs, seconds)
+        if onnx is not None:
+            result["evaluation"] = evaluate(spec, backend, splits)
+    if onnx is not None:
+        with phase(timings, "export_s"):
+            result["export"] = {"onnx": onnx}
+            write_card(model_dir, model_card(spec, splits, job_id or workdir.name, result, onnx))
+    return result
+
+
 class ForgetReplayedEpochs(Callback):
     """A resumed attempt redoes the epochs after its checkpoint: their old rows go (P35)."""
 
@@ -113,7 +144,7 @@ def train(
         rows, pruning = DbMetricRecorder(job_id, attempt), TrialPruning(job_id)
         record = [ForgetReplayedEpochs(job_id), rows, pruning]
     try:
-        outcome = run_attempt(spec, workdir, backend, splits, state, record, timings)
+        outcome = run_attempt(spec, workdir, backend, splits, state, record, timings, job_id)
     finally:
         backend.close(exiting=True)  # this process ends with the attempt (worker.child.launch)
     if backend.is_main and outcome.result:
@@ -141,8 +172,10 @@ def run_attempt(
     state: TrainState,
     record: Sequence[Callback] = (),
     timings: dict[str, float] | None = None,
+    job_id: str | None = None,
 ) -> Outcome:
-    """Resume from the latest checkpoint in workdir if any, fit, then checkpoint and export."""
+    """Resume from the latest checkpoint in workdir if any, fit, then checkpoint and export
+    (the framework's model file, model.onnx and model-card.json, named for job_id)."""
     timings = {} if timings is None else timings
     validate = splits.x_val is not None
     callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), record))
@@ -172,12 +205,11 @@ def run_attempt(
             error_code="timeout" if reason == "timeout" else None,
             error=detail if reason == "timeout" else None,
         )
-    with phase(timings, "export_s"):
-        if backend.is_main:
-            (workdir / "model").mkdir(parents=True, exist_ok=True)
-            backend.export_model(workdir / "model")
-    with phase(timings, "final_eval_s"):
-        result = final_result(backend, splits, state, fitted.logs, seconds)
+    try:
+        logs = fitted.logs
+        result = finish(spec, backend, splits, state, logs, seconds, workdir, timings, job_id)
+    except ExportError as exc:  # the job fails loudly rather than ship a model that differs
+        return Outcome.failure("internal_error", str(exc))
     timings |= {"fit_s": seconds, "checkpoint_s": checkpointer.seconds}
     result["timings"] = {k: round(v, 4) for k, v in timings.items()}
     return Outcome("succeeded", reason or "completed", result=result)

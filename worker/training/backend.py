@@ -50,6 +50,11 @@ class Backend(Protocol):
     def evaluate(self, split: str) -> Logs:
         """Loss and accuracy (or mae) over the whole split ("val" or "test")."""
 
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Logits (or values) [N, outputs] for normalized rows laid out as Splits holds them,
+        in float32 from the float32 weights (no mixed precision, no TF32): the evaluation
+        report and model.onnx's parity check both read this."""
+
     def get_weights(self) -> list[np.ndarray]:
         """All model variables in Keras layout (kernels [in, out]; conv [kh, kw, in, out])."""
 

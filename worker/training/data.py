@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +41,10 @@ class Splits:
     x_test: np.ndarray | None
     y_test: np.ndarray | None
     outputs: int  # classes, or 1 for regression
+    # The normalization applied: normalized = (raw - shift) / scale, float32 (model.onnx redoes it)
+    scale: np.ndarray = field(default_factory=lambda: np.asarray(np.float32(1.0)))
+    shift: np.ndarray = field(default_factory=lambda: np.asarray(np.float32(0.0)))
+    fingerprint: str = ""  # sha256 of the raw arrays used (see data_fingerprint)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -191,7 +195,22 @@ def split_and_normalize(raw: RawData, spec: JobSpec) -> Splits:
         x_test=None if xt is None else _normalize(xt.astype(np.float32), scale, shift),
         y_test=yt,
         outputs=raw.classes or _outputs(spec, y, yt),
+        scale=scale,
+        shift=shift,
+        fingerprint=data_fingerprint(x, y, xt, yt),
     )
+
+
+def data_fingerprint(*arrays: np.ndarray | None) -> str:
+    """sha256 over each array's dtype, shape and bytes (x, y, x_test, y_test after limit)."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        if array is None:
+            digest.update(b"none;")
+            continue
+        digest.update(f"{array.dtype.str}{array.shape};".encode())
+        digest.update(np.ascontiguousarray(array).data)
+    return digest.hexdigest()
 
 
 def _normalize(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
-"""A job's artifacts: list what exists, download the trained model.
+"""A job's artifacts: list what exists, download the trained model, its ONNX twin and card.
 
-Only fixed names under the job's own directory are ever read (the model file, `checkpoints/
-latest`, `spec.json`, `job.log`); nothing in a request becomes a path (RELIABILITY.md P45).
+Only fixed names under the job's own directory are ever read (the model file, `model.onnx`,
+`model-card.json`, `checkpoints/latest`, `spec.json`, `job.log`); nothing in a request becomes
+a path (RELIABILITY.md P45).
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ from app.domain.tables import Dataset, Job, JobStatus
 from app.schemas.api import Problem
 from app.schemas.job_spec import JobSpec, input_shape_and_classes
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic
+from app.services.predictions import CARD_FILE, ONNX_FILE
 
 router = APIRouter(prefix="/jobs", tags=["artifacts"])
 MODEL_FILES = {"model.pt": "pytorch", "model.keras": "tensorflow"}
+# kind -> (file under model/, URL segment, media type): the portable exports of a succeeded job
+EXPORTS = {
+    "onnx": (ONNX_FILE, "onnx", "application/octet-stream"),
+    "model_card": (CARD_FILE, "model-card", "application/json"),
+}
 CHECKPOINT_NAME = re.compile(r"^epoch-(\d{1,9})$")
 
 
@@ -43,6 +50,14 @@ def model_path(job: Job) -> Path | None:
         if found is not None and found.is_file():
             return found
     return None
+
+
+def export_path(job: Job, kind: str) -> Path | None:
+    """model.onnx or model-card.json of a succeeded job, if the worker wrote it."""
+    root = _job_dir(job)
+    found = _inside(root, root / "model" / EXPORTS[kind][0])
+    ok = found is not None and found.is_file() and job.status == JobStatus.succeeded
+    return found if ok else None
 
 
 def _checkpoint(root: Path) -> ArtifactPublic | None:
@@ -81,6 +96,11 @@ def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
         items.append(
             ArtifactPublic(kind="model", name=model.name, size_bytes=model.stat().st_size, url=url)
         )
+    for kind, (_, segment, _) in EXPORTS.items():
+        if (found := export_path(job, kind)) is not None:
+            url = f"/v1/jobs/{job.id}/artifacts/{segment}"
+            item = {"kind": kind, "name": found.name, "size_bytes": found.stat().st_size}
+            items.append(ArtifactPublic.model_validate(item | {"url": url}))
     if (checkpoint := _checkpoint(root)) is not None:
         items.append(checkpoint)
     for kind, name in (("spec", "spec.json"), ("log", "job.log")):
@@ -105,9 +125,46 @@ def download_model(job: JobDep) -> FileResponse:
     # Only a succeeded job's model is whole: the file is written before the job is marked done.
     if path is None or job.status != JobStatus.succeeded:
         raise HTTPException(404, f"job {job.id} has no model (status {job.status})")
-    safe_name = re.sub(r"[^\w.\-]", "-", job.name)
     return FileResponse(
-        path,
-        media_type="application/octet-stream",
-        filename=f"{safe_name}-{job.id[:8]}{path.suffix}",
+        path, media_type="application/octet-stream", filename=_download_name(job, path.suffix)
     )
+
+
+def _download_name(job: Job, suffix: str) -> str:
+    safe_name = re.sub(r"[^\w.\-]", "-", job.name)
+    return f"{safe_name}-{job.id[:8]}{suffix}"
+
+
+def _serve_export(job: Job, kind: str) -> FileResponse:
+    path = export_path(job, kind)
+    if path is None:
+        name = EXPORTS[kind][0]
+        raise HTTPException(404, f"job {job.id} has no {name} (status {job.status})")
+    suffix = "-model-card.json" if kind == "model_card" else path.suffix
+    return FileResponse(path, media_type=EXPORTS[kind][2], filename=_download_name(job, suffix))
+
+
+@router.get(
+    "/{job_id}/artifacts/onnx",
+    response_class=FileResponse,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "model.onnx"},
+        404: {"model": Problem, "description": "no such job, or no exported model"},
+    },
+)
+def download_onnx(job: JobDep) -> FileResponse:
+    """The portable model (`model.onnx`): raw inputs in, the job's normalization inside."""
+    return _serve_export(job, "onnx")
+
+
+@router.get(
+    "/{job_id}/artifacts/model-card",
+    response_class=FileResponse,
+    responses={
+        200: {"content": {"application/json": {}}, "description": "model-card.json"},
+        404: {"model": Problem, "description": "no such job, or no exported model"},
+    },
+)
+def download_model_card(job: JobDep) -> FileResponse:
+    """`model-card.json`: input shape and dtype, normalization, classes, spec, data checksum."""
+    return _serve_export(job, "model_card")

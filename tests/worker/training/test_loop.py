@@ -12,7 +12,7 @@ from worker.training.loop import STOP_REASONS, fit
 
 
 def code(reason: str) -> int:
-    """What a rank sends in the stop agreement for `reason` (0: no stop)."""
+    """What a rank sends to say it stops for `reason` (0: it goes on)."""
     return STOP_REASONS.index(reason) + 1
 
 
@@ -37,6 +37,9 @@ class ScriptedBackend:
 
     def evaluate(self, split: str) -> Logs:
         return {"loss": 1.0}
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return x
 
     def get_weights(self) -> list[np.ndarray]:
         return []
@@ -79,8 +82,12 @@ def test_the_highest_priority_reason_wins_when_ranks_disagree() -> None:
         def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
             state.request_stop("cancelled")
 
-    others = [0, code("non_finite_loss")]
-    fitted = fit(ScriptedBackend(others=others), state2, CancelAfterFirst(), validate=False)
+    fitted = fit(
+        ScriptedBackend(others=[0, code("non_finite_loss")]),
+        state2,
+        CancelAfterFirst(),
+        validate=False,
+    )
     assert fitted.stop_reason == "non_finite_loss"
 
 

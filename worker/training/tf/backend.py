@@ -46,6 +46,7 @@ class TFBackend:
         image = spec.model.type == "cnn"
         with self.strategy.scope():
             self.model = build_model(spec.model, splits.input_shape, splits.outputs)
+            self.io = splits.input_shape, splits.outputs
             opt = spec.optimizer
             self.optimizer = build_optimizer(
                 opt.name, opt.learning_rate, opt.momentum, opt.nesterov, opt.weight_decay
@@ -206,6 +207,34 @@ class TFBackend:
             loss_sum, metric_sum = loss_sum + float(loss), metric_sum + float(metric)
         name = "accuracy" if self.classify else "mae"
         return {"loss": loss_sum / total, name: metric_sum / total}
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        model = self._float32_model()
+        if self.spec.model.type == "cnn" and x.ndim == 3:
+            x = x[..., None]
+        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        try:
+            return np.concatenate(
+                [
+                    np.asarray(model(tf.constant(x[b : b + EVAL_BATCH]), training=False))
+                    for b in range(0, len(x), EVAL_BATCH)
+                ]
+            ).astype(np.float32)
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(tf32)
+
+    def _float32_model(self) -> keras.Sequential:
+        """The model itself in fp32; under a mixed policy, a float32 twin with its weights."""
+        if self.spec.resources.precision == "fp32":
+            return self.model
+        keras.mixed_precision.set_global_policy("float32")
+        try:
+            twin = build_model(self.spec.model, *self.io)
+        finally:
+            keras.mixed_precision.set_global_policy(POLICIES[self.spec.resources.precision])
+        twin.set_weights(self.model.get_weights())
+        return twin
 
     # -- state ----------------------------------------------------------------------------
     def get_weights(self) -> list[np.ndarray]:

@@ -51,6 +51,18 @@ def build_optimizer(spec: OptimizerSpec, params: list[nn.Parameter]) -> torch.op
     )
 
 
+@contextlib.contextmanager
+def strict_fp32() -> Iterator[None]:
+    """Full float32 matmuls and convolutions on a GPU (cuDNN's default is TF32), for a while."""
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = cuda.allow_tf32, cudnn.allow_tf32
+    cuda.allow_tf32 = cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        cuda.allow_tf32, cudnn.allow_tf32 = saved
+
+
 class TorchBackend:
     """Implements worker.training.backend.Backend for PyTorch (single device or DDP)."""
 
@@ -213,6 +225,16 @@ class TorchBackend:
         totals = distributed.sum_all(totals, self.placement)
         name = "accuracy" if self.classify else "mae"
         return {"loss": totals[0].item() / len(x), name: totals[1].item() / len(x)}
+
+    @torch.inference_mode()
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        self.model.eval()
+        outputs = []
+        with strict_fp32():
+            for begin in range(0, len(x), EVAL_BATCH):
+                xb = self._tensor_x(np.ascontiguousarray(x[begin : begin + EVAL_BATCH]))
+                outputs.append(self.model(xb).float().cpu().numpy())
+        return np.concatenate(outputs)
 
     def get_weights(self) -> list[np.ndarray]:
         return [export_array(t, how) for t, _, how in self.layout]

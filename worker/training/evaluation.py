@@ -1,0 +1,102 @@
+"""The evaluation report of a finished job, in numpy alone: where the model is right and wrong.
+
+Both back-ends hand over their outputs (logits or values) for a split; everything else happens
+here once, so a PyTorch and a TensorFlow job with the same weights report the same numbers.
+Undefined ratios (a class never predicted, a constant target) are reported as null, not NaN:
+the report goes into the job's JSON result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+TOP_CONFUSIONS = 5
+RESIDUAL_QUANTILES = (5, 25, 50, 75, 95)
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return float(numerator / denominator) if denominator else None
+
+
+def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, classes: int) -> np.ndarray:
+    """[true, predicted] counts over `classes` classes."""
+    flat = y_true.astype(np.int64) * classes + y_pred.astype(np.int64)
+    return np.bincount(flat, minlength=classes * classes).reshape(classes, classes)
+
+
+def per_class(matrix: np.ndarray) -> list[dict[str, Any]]:
+    """Precision, recall, F1 and support of each class, from the confusion matrix."""
+    rows = []
+    for k in range(len(matrix)):
+        hits, predicted, support = int(matrix[k, k]), int(matrix[:, k].sum()), int(matrix[k].sum())
+        rows.append(
+            {
+                "class": k,
+                "precision": _ratio(hits, predicted),
+                "recall": _ratio(hits, support),
+                "f1": _ratio(2 * hits, predicted + support),  # 2TP / (2TP + FP + FN)
+                "support": support,
+            }
+        )
+    return rows
+
+
+def top_confusions(matrix: np.ndarray, top: int = TOP_CONFUSIONS) -> list[dict[str, int]]:
+    """The most frequent (true, predicted) mistakes, largest first; ties in class order."""
+    off = matrix.copy()
+    np.fill_diagonal(off, 0)
+    order = np.argsort(-off, axis=None, kind="stable")[:top]
+    pairs = [np.unravel_index(i, off.shape) for i in order]
+    return [
+        {"true": int(t), "predicted": int(p), "count": int(off[t, p])}
+        for t, p in pairs
+        if off[t, p] > 0
+    ]
+
+
+def classification_report(logits: np.ndarray, y: np.ndarray, classes: int) -> dict[str, Any]:
+    """Accuracy, per-class table, confusion matrix [true][predicted] and top confusions."""
+    matrix = confusion_matrix(y, np.argmax(logits, axis=1), classes)
+    table = per_class(matrix)
+    f1s = [row["f1"] for row in table if row["f1"] is not None]
+    return {
+        "samples": int(matrix.sum()),
+        "accuracy": float(np.trace(matrix) / matrix.sum()),
+        "macro_f1": float(np.mean(f1s)) if f1s else None,
+        "per_class": table,
+        "confusion_matrix": matrix.tolist(),
+        "top_confusions": top_confusions(matrix),
+    }
+
+
+def regression_report(values: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """MAE, RMSE, R² and the quantiles of the residuals (prediction - target)."""
+    pred = values.reshape(len(y), -1)[:, 0].astype(np.float64)
+    target = y.astype(np.float64)
+    residual = pred - target
+    total = float(np.sum(np.square(target - target.mean())))
+    r2 = 1.0 - float(np.sum(np.square(residual))) / total if total > 0 else None
+    quantiles = np.percentile(residual, RESIDUAL_QUANTILES)
+    return {
+        "samples": len(target),
+        "mae": float(np.mean(np.abs(residual))),
+        "rmse": float(np.sqrt(np.mean(np.square(residual)))),
+        "r2": r2,
+        "residual_quantiles": {
+            str(q): float(v) for q, v in zip(RESIDUAL_QUANTILES, quantiles, strict=True)
+        },
+    }
+
+
+def evaluation_report(
+    task: str, outputs: np.ndarray, y: np.ndarray, split: str, classes: int
+) -> dict[str, Any]:
+    """The report for `split` ("test", "val" or "train") from the model's outputs on it."""
+    body = (
+        classification_report(outputs, y, classes)
+        if task == "classification"
+        else regression_report(outputs, y)
+    )
+    return {"split": split, "task": task, **body}
