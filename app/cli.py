@@ -42,6 +42,10 @@ def migrate(revision: Annotated[str, typer.Argument(help="target revision")] = "
     settings = get_settings()
     settings.resolved_home.mkdir(parents=True, exist_ok=True)
     command.upgrade(alembic_config(), revision)
+    if revision == "head":  # Optuna's tables for sweeps, beside ours (app.services.sweep_study)
+        from app.services.sweep_study import ensure_tables
+
+        ensure_tables()
     typer.echo(f"database at {revision}: {_redact(settings.sqlalchemy_url)}")
 
 

@@ -19,6 +19,7 @@ from app.api.routes import (
     jobs,
     predict,
     prometheus,
+    sweeps,
     ui,
     workers,
 )
@@ -63,6 +64,7 @@ def create_app() -> FastAPI:
     v1.include_router(workers.router)
     v1.include_router(job_logs.router)
     v1.include_router(events.router)
+    v1.include_router(sweeps.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.include_router(prometheus.router)

@@ -71,6 +71,11 @@ def _ping_when_idle(engine: Engine) -> None:
             raise DisconnectionError(f"stale connection: {exc}") from exc
 
 
+def tune_sqlite(engine: Engine) -> None:
+    """Give another library's SQLite engine (Optuna's) the pragmas and BEGIN IMMEDIATE above."""
+    _configure_sqlite(engine)
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -95,6 +95,7 @@ def list_jobs(
     status: str | None = None,
     framework: str | None = None,
     owner_id: str | None = None,
+    sweep_id: str | None = None,
 ) -> tuple[list[Job], str | None]:
     """Newest first; filters apply before paging so pages are never short for that reason."""
     query = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
@@ -104,6 +105,8 @@ def list_jobs(
         query = query.where(Job.status == status)
     if framework:
         query = query.where(Job.framework == framework)
+    if sweep_id:
+        query = query.where(Job.sweep_id == sweep_id)
     if cursor:
         created, job_id = decode_cursor(cursor)
         # A row-value comparison: the index seeks to the cursor. The equivalent OR of two

@@ -24,6 +24,26 @@ TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled
 ACTIVE = frozenset({JobStatus.running, JobStatus.cancelling})
 
 
+class SweepStatus(StrEnum):
+    """running: launching trials; the rest are final (finished_at is set once no trial runs)."""
+
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class TrialState(StrEnum):
+    """A sweep trial as its job shows it (GET /v1/sweeps/{id})."""
+
+    queued = "queued"
+    running = "running"
+    complete = "complete"
+    pruned = "pruned"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
 class StopReason(StrEnum):
     """Why training stopped (the `stop_reason` column)."""
 
@@ -35,6 +55,7 @@ class StopReason(StrEnum):
     non_finite_loss = "non_finite_loss"
     worker_lost = "worker_lost"
     queue_timeout = "queue_timeout"
+    pruned = "pruned"  # a sweep's pruner ended the trial (the job succeeds)
     shutdown = "shutdown"  # the worker is shutting down: checkpoint, then re-queue (internal)
 
 

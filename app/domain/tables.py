@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from app.domain.states import JobStatus
+from app.domain.states import JobStatus, SweepStatus
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -95,12 +95,34 @@ class Job(Base):
     owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
+    # A sweep's trial (app.services.sweeps): its sweep and Optuna trial number.
+    sweep_id: Mapped[str | None] = mapped_column(ForeignKey("sweep.id"), index=True)
+    sweep_trial: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),
         Index("ix_job_status_created", "status", "created_at"),
         UniqueConstraint("owner_id", "idempotency_key", name="uq_job_owner_idempotency_key"),
     )
+
+
+class Sweep(Base):
+    """A hyperparameter search; its trials are jobs, its sampling state is Optuna's tables."""
+
+    __tablename__ = "sweep"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16), default=SweepStatus.running)
+    spec: Mapped[dict[str, Any]]
+    trials_launched: Mapped[int] = mapped_column(Integer, default=0)
+    trials_ended: Mapped[int] = mapped_column(Integer, default=0)  # told to Optuna
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(index=True)
+
+    __table_args__ = (Index("ix_sweep_created", "created_at", "id"),)
 
 
 class JobTransition(Base):

@@ -32,7 +32,7 @@ class JobPublic(BaseModel):
     stop_reason: str | None = Field(
         None,
         description="completed | early_stopping | cancelled | timeout | error | "
-        "non_finite_loss | worker_lost | queue_timeout",
+        "non_finite_loss | worker_lost | queue_timeout | pruned",
     )
     attempt: int
     epochs: int = Field(description="epochs the spec asks for")
@@ -48,6 +48,7 @@ class JobPublic(BaseModel):
     finished_at: datetime | None
     spec: dict[str, Any]
     tags: dict[str, str]
+    sweep_id: str | None = Field(None, description="the sweep this job is a trial of")
     transitions: list[TransitionPublic]
 
 
@@ -68,6 +69,7 @@ class JobSummary(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     tags: dict[str, str]
+    sweep_id: str | None = None
 
 
 class JobsPublic(BaseModel):

@@ -17,6 +17,7 @@ from app.core.db import session_scope
 from app.domain import crud
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
+from app.services import sweeps
 from app.services.dispatch import Sent, dispatch
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,8 @@ def run_once(settings: Settings) -> None:
         reap_lost_workers(session)
     with session_scope() as session:
         expire_and_redispatch(session, settings)
+    with session_scope() as session:  # a sweep whose trial ended unseen (e.g. reaped) goes on
+        sweeps.top_up_unfinished(session)
 
 
 class MaintenanceThread(threading.Thread):

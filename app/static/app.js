@@ -265,7 +265,11 @@
     const route = location.hash.replace(/^#/, "") || "/";
     try {
       const match = route.match(/^\/jobs\/([A-Za-z0-9-]+)$/);
+      const sweep = route.match(/^\/sweeps\/([A-Za-z0-9-]+)$/);
+      const ui = { h, show, getJson, badge, num, when, signal: page.signal };
       if (match) await jobView(match[1]);
+      else if (sweep) await EpochalSweeps.sweepView(ui, sweep[1]);
+      else if (route === "/sweeps") await EpochalSweeps.listView(ui);
       else if (route === "/submit") await submitView();
       else await jobsView();
     } catch (err) {

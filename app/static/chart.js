@@ -28,8 +28,9 @@ window.EpochalChart = (function () {
     return String(Math.round(v * 1000) / 1000);
   }
 
-  // series: [{name, color, points: [[epoch, value], ...]}]; bestX: epoch to mark or null.
-  function draw(svg, { title, series, bestX, xLabel }) {
+  // series: [{name, color, points: [[epoch, value], ...], scatter?}]; bestX: epoch to mark or
+  // null. xRange [lo, hi] and xFloat (ticks between integers) serve axes other than epochs.
+  function draw(svg, { title, series, bestX, xLabel, xRange, xFloat, legend = true }) {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
     svg.setAttribute("class", "chart");
@@ -40,7 +41,8 @@ window.EpochalChart = (function () {
       return;
     }
     const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
-    const x0 = 1, x1 = Math.max(2, ...xs);
+    let [x0, x1] = xRange || [1, Math.max(2, ...xs)];
+    if (x0 === x1) { x0 -= 1; x1 += 1; }
     let y0 = Math.min(...ys), y1 = Math.max(...ys);
     const pad = (y1 - y0) * 0.08 || Math.abs(y1) * 0.1 || 1;
     y0 -= pad; y1 += pad;
@@ -51,8 +53,8 @@ window.EpochalChart = (function () {
       svg.appendChild(el("line", { class: "grid", x1: M.left, x2: W - M.right, y1: py(t), y2: py(t) }));
       svg.appendChild(el("text", { x: M.left - 6, y: py(t) + 4, "text-anchor": "end" }, fmt(t)));
     }
-    for (const t of niceTicks(x0, x1, 8).filter((v) => Number.isInteger(v))) {
-      svg.appendChild(el("text", { x: px(t), y: H - M.bottom + 16, "text-anchor": "middle" }, String(t)));
+    for (const t of niceTicks(x0, x1, 8).filter((v) => xFloat || Number.isInteger(v))) {
+      svg.appendChild(el("text", { x: px(t), y: H - M.bottom + 16, "text-anchor": "middle" }, xFloat ? fmt(t) : String(t)));
     }
     svg.appendChild(el("line", { class: "axis", x1: M.left, x2: M.left, y1: M.top, y2: H - M.bottom }));
     svg.appendChild(el("line", { class: "axis", x1: M.left, x2: W - M.right, y1: H - M.bottom, y2: H - M.bottom }));
@@ -67,10 +69,11 @@ window.EpochalChart = (function () {
     for (const s of series.slice().reverse()) {
       const pts = s.points.filter((p) => Number.isFinite(p[1]));
       const d = pts.map((p, i) => `${i ? "L" : "M"}${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join("");
-      svg.appendChild(el("path", { d, fill: "none", stroke: s.color, "stroke-width": 2, "data-series": s.name, "data-points": pts.length }));
-      if (pts.length <= 60) {
+      svg.appendChild(el("path", { d, fill: "none", stroke: s.scatter ? "none" : s.color, "stroke-width": 2, "data-series": s.name, "data-points": pts.length }));
+      if (pts.length <= 60 || s.scatter) {
         for (const p of pts) svg.appendChild(el("circle", { cx: px(p[0]), cy: py(p[1]), r: 2.5, fill: s.color }));
       }
+      if (!legend) continue;
       const label = el("text", { x: legendX, y: 16, "text-anchor": "end", fill: s.color }, s.name);
       svg.appendChild(label);
       legendX -= 8 + 7 * s.name.length;

@@ -12,6 +12,7 @@ from benchmarks.machine import describe as machine
 from benchmarks.service import growth, latency, overhead, polling, predict, sse
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
+from benchmarks.service.sweeps import bench_sweeps
 
 
 def bench_latency(report: Report, jobs: int) -> None:
@@ -112,7 +113,7 @@ def bench_predict(report: Report, quick: bool) -> None:
     report.add("predict_baseline_get_job_p50_ms", result["get_job_p50_ms"], "ms", baseline)
 
 
-STEPS = ("latency", "overhead", "polling", "growth", "predict")
+STEPS = ("latency", "overhead", "polling", "growth", "predict", "sweeps")
 
 
 def run(quick: bool, only: str | None = None) -> Report:
@@ -123,6 +124,7 @@ def run(quick: bool, only: str | None = None) -> Report:
         "overhead": lambda: bench_overhead(report, quick),
         "polling": lambda: bench_polling(report, quick),
         "growth": lambda: bench_growth(report, quick),
+        "sweeps": lambda: bench_sweeps(report, quick),
         "predict": lambda: bench_predict(report, quick),
     }
     for name in STEPS:

@@ -9,69 +9,21 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-import yaml
-from rich.console import Console
 from rich.table import Table
 
 from epochal_client import predict_files, render, tensorboard_export
-from epochal_client.client import MODEL_FORMATS, ApiError, Client
+from epochal_client.client import MODEL_FORMATS
 from epochal_client.follow import follow_job
+from epochal_client.sweep_cli import sweep
+from epochal_client.terminal import connect, console, errors, load_spec
 
-# Piped output is for grep and scripts: wide rows, never wrapped at 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 200)
-errors = Console(stderr=True)
 COMMANDS_GROUP = "epochal.commands"  # where a server distribution adds its verbs
 datasets = typer.Typer(help="Data sets: upload and list.", no_args_is_help=True)
-
-
-@contextmanager
-def connect() -> Iterator[Client]:
-    """A client; an API error becomes its message on stderr and exit code 1."""
-    try:
-        with Client() as client:
-            yield client
-    except ApiError as exc:
-        errors.print(f"[red]error:[/] {exc}", markup=True, highlight=False)
-        for item in exc.errors:
-            errors.print(f"  {item.get('field') or 'body'}: {item.get('msg')}", highlight=False)
-        raise typer.Exit(1) from None
-
-
-def load_spec(path: Path, overrides: list[str]) -> dict[str, Any]:
-    """A spec from JSON or YAML, with `a.b.c=VALUE` overrides (VALUE read as JSON or YAML)."""
-    try:
-        spec = yaml.safe_load(path.read_text())  # YAML is a superset of JSON
-    except (OSError, yaml.YAMLError) as exc:
-        raise typer.BadParameter(f"cannot read {path}: {exc}") from exc
-    if not isinstance(spec, dict):
-        raise typer.BadParameter(f"{path} must hold a JSON or YAML object")
-    for item in overrides:
-        dotted, sep, raw = item.partition("=")
-        if not sep or not dotted:
-            raise typer.BadParameter(f"--set {item!r}: write FIELD.PATH=VALUE")
-        *parents, leaf = dotted.split(".")
-        node = spec
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise typer.BadParameter(f"--set {item!r}: {part} is not an object")
-        node[leaf] = parse_value(raw)
-    return spec
-
-
-def parse_value(raw: str) -> Any:
-    """JSON when it is JSON (3e-4 is a number, [128, 64] a list), else a YAML scalar."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return yaml.safe_load(raw)
 
 
 def submit(
@@ -285,6 +237,7 @@ def register_client_commands(cli: typer.Typer) -> None:
     for command in (*verbs, workers):
         cli.command()(command)
     cli.add_typer(datasets, name="datasets")
+    cli.add_typer(sweep, name="sweep")
 
 
 def build_cli() -> typer.Typer:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
+from epochal_client.sweeps import SweepMethods
 from epochal_client.types import (
     TERMINAL,
     ApiError,
@@ -64,7 +65,7 @@ def default_api_key() -> str | None:
         return None
 
 
-class Client:
+class Client(SweepMethods):
     """A typed client for one epochal service; usable as a context manager."""
 
     def __init__(

@@ -80,6 +80,7 @@ class Job:
     wait_reason: str | None = None
     spec: dict[str, Any] = field(default_factory=dict)
     transitions: list[dict[str, Any]] = field(default_factory=list)
+    sweep_id: str | None = None  # the sweep this job is a trial of
 
     @property
     def done(self) -> bool:

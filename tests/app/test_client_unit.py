@@ -44,7 +44,8 @@ def test_client_imports_with_httpx_and_the_standard_library_only() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        "ok ['epochal_client', 'epochal_client.client', 'epochal_client.types']"
+        "ok ['epochal_client', 'epochal_client.client', 'epochal_client.sweeps', "
+        "'epochal_client.types']"
     )
 
 

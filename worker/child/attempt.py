@@ -17,7 +17,7 @@ from typing import Any
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import JobSpec, resolved_mode
-from worker.child.sinks import DbMetricRecorder, forget_epochs_after
+from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_after
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
@@ -143,14 +143,16 @@ def train(
         backend = create_backend(spec, splits, placement)
     record: list[Callback] = []
     if backend.is_main:
-        rows = DbMetricRecorder(job_id, attempt)
-        record = [ForgetReplayedEpochs(job_id), rows]
+        rows, pruning = DbMetricRecorder(job_id, attempt), TrialPruning(job_id)
+        record = [ForgetReplayedEpochs(job_id), rows, pruning]
     try:
         outcome = run_attempt(spec, workdir, backend, splits, state, record, timings, job_id)
     finally:
         backend.close(exiting=True)  # this process ends with the attempt (worker.child.launch)
     if backend.is_main and outcome.result:
         outcome.result["timings"]["db_write_s"] = round(rows.seconds, 4)
+        if pruning.reporter is not None:
+            outcome.result["timings"]["prune_s"] = round(pruning.seconds, 4)
     return outcome
 
 

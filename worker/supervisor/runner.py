@@ -29,6 +29,7 @@ from app.domain.job_log import append_line
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import utcnow
 from app.schemas.job_spec import JobSpec
+from app.services import sweeps
 from app.services.dispatch import dispatch
 from worker.protocol import (
     SPAWNED_ENV,
@@ -277,11 +278,18 @@ def _retrying(settings: Settings, action: Callable[[], T]) -> T:
 
 
 def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> None:
-    """Write the attempt's end: re-queue a retryable failure, else the final status."""
+    """Write the attempt's end; a sweep's trial that ended lets its sweep queue the next."""
+    sweep_id = _record(settings, job_id, attempt, outcome)
+    if sweep_id is not None:
+        sweeps.trial_ended(sweep_id)
+
+
+def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> str | None:
+    """Re-queue a retryable failure, else write the final status (and say the job's sweep)."""
     with session_scope() as session:
         job = crud.get_job(session, job_id)
         if job is None or job.attempt != attempt or shutdown.requeue(session, job, outcome):
-            return
+            return None
         if outcome.retryable and job.status == JobStatus.cancelling:
             outcome = Outcome(JobStatus.cancelled, StopReason.cancelled, error=outcome.error)
         elif outcome.retryable and attempt <= job.max_restarts:
@@ -289,7 +297,7 @@ def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> N
             if crud.requeue(session, job, reason):
                 session.commit()
                 dispatch(session, job)
-                return
+                return None
         elif outcome.retryable:
             outcome.error = f"{outcome.error} (attempt {attempt}; max_restarts reached)"
         crud.finish_job(
@@ -303,3 +311,4 @@ def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> N
             error=outcome.error,
             result=outcome.result or None,
         )
+        return job.sweep_id

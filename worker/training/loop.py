@@ -22,6 +22,7 @@ from worker.training.callbacks import Callback, Logs, TrainState
 STOP_REASONS = (
     StopReason.shutdown,
     StopReason.early_stopping,
+    StopReason.pruned,
     StopReason.cancelled,
     StopReason.timeout,
     StopReason.non_finite_loss,

@@ -15,6 +15,7 @@ from app.domain.states import JobStatus
 from app.domain.tables import Job
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricRow, MetricsPublic
 from app.schemas.job_spec import JobSpec
+from app.services import sweeps
 from app.services.dispatch import dispatch
 from app.services.queue import queue_for_gpus
 
@@ -108,6 +109,7 @@ def read_jobs(
     framework: Annotated[str | None, Query(pattern="^(pytorch|tensorflow)$")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
+    sweep_id: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9-]+$")] = None,
 ) -> JobsPublic:
     """List jobs, newest first, with cursor pagination."""
     try:
@@ -118,6 +120,7 @@ def read_jobs(
             status=status_,
             framework=framework,
             owner_id=owner_filter(key),
+            sweep_id=sweep_id,
         )
     except ValueError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
@@ -150,4 +153,6 @@ def cancel_job(session: SessionDep, job: JobDep) -> JobPublic:
     except crud.Conflict as exc:
         raise HTTPException(status_code=409, detail=str(exc)) from exc
     session.commit()
+    if job.sweep_id and job.status == JobStatus.cancelled:  # a queued trial ended at once
+        sweeps.trial_ended(job.sweep_id)
     return public(session, job)

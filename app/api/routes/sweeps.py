@@ -1,0 +1,152 @@
+"""Sweeps: submit, list, read (trials, best trial, epochs saved), cancel. Owner-only, like jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from fastapi.exceptions import RequestValidationError
+
+from app.api.deps import CurrentKey, SessionDep, check_job_dataset, owner_filter
+from app.domain import sweeps as rows
+from app.domain.states import TrialState
+from app.domain.sweep_space import space_errors
+from app.domain.tables import Job, Sweep
+from app.schemas.sweep import (
+    BestTrial,
+    SweepPublic,
+    SweepSpec,
+    SweepsPublic,
+    SweepSummary,
+    TrialPublic,
+)
+from app.services import sweeps as controller
+
+router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+
+
+def get_sweep_or_404(
+    session: SessionDep,
+    key: CurrentKey,
+    sweep_id: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9-]+$")],
+) -> Sweep:
+    """The sweep if it exists and the caller may see it; another owner's is a 404 too."""
+    sweep = session.get(Sweep, sweep_id)
+    if sweep is None or (not key.is_admin and sweep.owner_id != key.id):
+        raise HTTPException(status_code=404, detail=f"no sweep {sweep_id}")
+    return sweep
+
+
+SweepDep = Annotated[Sweep, Depends(get_sweep_or_404)]
+
+
+def summary(sweep: Sweep) -> SweepSummary:
+    spec = controller.load_spec(sweep)
+    return SweepSummary(
+        id=sweep.id,
+        name=sweep.name,
+        status=sweep.status,
+        created_at=sweep.created_at,
+        finished_at=sweep.finished_at,
+        trials_launched=sweep.trials_launched,
+        max_trials=controller.trial_limit(spec),
+        objective=spec.objective,
+    )
+
+
+def _trial(job: Job, spec: SweepSpec, value: float | None) -> TrialPublic:
+    return TrialPublic(
+        number=int(job.sweep_trial or 0),
+        job_id=job.id,
+        params={p: _at(job.spec, p) for p in spec.parameters},
+        state=controller.trial_state(job),
+        status=job.status,
+        stop_reason=job.stop_reason,
+        objective=value,
+        epochs_run=job.current_epoch,
+        epochs=int(job.spec["training"]["epochs"]),
+    )
+
+
+def _at(spec: dict[str, Any], path: str) -> Any:
+    node: Any = spec
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def public(session: SessionDep, sweep: Sweep) -> SweepPublic:
+    spec = controller.load_spec(sweep)
+    jobs = rows.trial_jobs(session, sweep.id)
+    objective = spec.objective
+    values = rows.objective_by_job(
+        session, [j.id for j in jobs], objective.metric, objective.direction
+    )
+    trials = [_trial(j, spec, values.get(j.id)) for j in jobs]
+    counts: dict[str, int] = {}
+    for trial in trials:
+        counts[trial.state] = counts.get(trial.state, 0) + 1
+    complete = [t for t in trials if t.state == TrialState.complete and t.objective is not None]
+    pick = max if objective.direction == "max" else min
+    best = pick(complete, key=lambda t: t.objective or 0.0) if complete else None
+    return SweepPublic(
+        **summary(sweep).model_dump(),
+        spec=sweep.spec,
+        trials=trials,
+        counts=counts,
+        best=None
+        if best is None
+        else BestTrial(
+            number=best.number,
+            job_id=best.job_id,
+            params=best.params,
+            objective=float(best.objective or 0.0),
+            model=f"/v1/jobs/{best.job_id}/artifacts/model",
+        ),
+        epochs_spent=sum(t.epochs_run for t in trials),
+        epochs_full=sum(t.epochs for t in trials),
+    )
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic)
+def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> SweepPublic:
+    """Submit a sweep; a space that can make a job the schema rejects is a 422 naming it."""
+    errors = space_errors(spec)
+    if errors:
+        raise RequestValidationError(errors)
+    check_job_dataset(session, key, spec.base)
+    sweep = controller.submit(session, spec, key.id)
+    return public(session, sweep)
+
+
+@router.get("", response_model=SweepsPublic)
+def read_sweeps(
+    session: SessionDep,
+    key: CurrentKey,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> SweepsPublic:
+    """List sweeps, newest first, with cursor pagination."""
+    try:
+        found, next_cursor = rows.list_sweeps(
+            session, limit=limit, cursor=cursor, owner_id=owner_filter(key)
+        )
+    except ValueError as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from exc
+    return SweepsPublic(items=[summary(s) for s in found], next_cursor=next_cursor)
+
+
+@router.get("/{sweep_id}", response_model=SweepPublic)
+def read_sweep(session: SessionDep, sweep: SweepDep) -> SweepPublic:
+    """One sweep: its trials, the best one, epochs spent against full length."""
+    return public(session, sweep)
+
+
+@router.post("/{sweep_id}/cancel", response_model=SweepPublic)
+def cancel_sweep(session: SessionDep, sweep: SweepDep) -> SweepPublic:
+    """Stop launching trials and cancel the queued and running ones; 409 once it ended."""
+    if sweep.finished_at is not None:
+        raise HTTPException(status_code=409, detail=f"sweep already {sweep.status}")
+    controller.cancel(session, sweep)
+    session.refresh(sweep)
+    return public(session, sweep)

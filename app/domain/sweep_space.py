@@ -1,0 +1,192 @@
+"""A sweep's search space against the job schema: where a parameter goes in the spec, the
+values it can take at its edges, and whether every spec the space can produce is valid.
+
+A range is checked at both ends (and every categorical choice, every value of a short int
+range), alone and in combination with the other parameters' edges, by building the spec and
+validating it exactly as POST /v1/jobs would. The errors name the parameter (422 at submit).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from app.schemas.job_spec import JobSpec, monitor_names
+from app.schemas.sweep import (
+    CategoricalDist,
+    Distribution,
+    IntDist,
+    SweepSpec,
+)
+
+ENUMERATE_INTS = 64  # an int range this short is checked at every value
+MAX_COMBINATIONS = 4096  # beyond this the edges are checked one parameter at a time
+GRID_LIMIT = 100_000
+
+
+def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
+    """The Pydantic models an annotation can hold (through unions and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+        return
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        yield from _models_in(typing.get_args(annotation)[0])
+    elif origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            yield from _models_in(arg)
+
+
+def path_exists(path: str, model: type[BaseModel] = JobSpec) -> bool:
+    """Whether `a.b.c` names a field of the job spec (any member of a union counts)."""
+    head, _, rest = path.partition(".")
+    field = model.model_fields.get(head)
+    if field is None:
+        return False
+    if not rest:
+        return True
+    return any(path_exists(rest, sub) for sub in _models_in(field.annotation))
+
+
+def set_path(spec: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of spec with `value` at the dotted path (missing or null sections made)."""
+    out = copy.deepcopy(dict(spec))
+    node = out
+    *parents, leaf = path.split(".")
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[leaf] = copy.deepcopy(value)
+    return out
+
+
+def apply_params(base: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial's spec: base with each parameter's value in place (paths sorted: parents first)."""
+    spec = dict(base)
+    for path in sorted(params):
+        spec = set_path(spec, path, params[path])
+    return spec
+
+
+def edge_values(dist: Distribution) -> list[Any]:
+    """The values a range must be valid at: its ends (every value when short), every choice."""
+    if isinstance(dist, CategoricalDist):
+        return list(dist.choices)
+    if isinstance(dist, IntDist):
+        values = range(dist.low, dist.top + 1, dist.step)
+        return list(values) if len(values) <= ENUMERATE_INTS else [dist.low, dist.top]
+    return [dist.low, dist.high] if dist.low != dist.high else [dist.low]
+
+
+def grid_values(dist: Distribution) -> list[Any] | None:
+    """Every value of a finite range (grid sampling), or None for a continuous one."""
+    if isinstance(dist, CategoricalDist):
+        return list(dist.choices)
+    if isinstance(dist, IntDist) and not dist.log:
+        return list(range(dist.low, dist.top + 1, dist.step))
+    return None
+
+
+def _error(path: str, msg: str, where: str = "parameters") -> dict[str, Any]:
+    return {"loc": ("body", where, path), "msg": msg, "type": "value_error"}
+
+
+def _rejection(spec: dict[str, Any]) -> str | None:
+    """What the job schema says about this spec (as POST /v1/jobs would), or None if valid."""
+    try:
+        JobSpec.model_validate_json(json.dumps(spec))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        return f"{where}: {msg}" if where else msg
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _each_alone(base: dict[str, Any], space: Mapping[str, Distribution]) -> list[dict[str, Any]]:
+    errors = []
+    for path, dist in space.items():
+        for value in edge_values(dist):
+            why = _rejection(set_path(base, path, value))
+            if why is not None:
+                errors.append(
+                    _error(path, f"the value {_shown(value)} makes an invalid job: {why}")
+                )
+                break
+    return errors
+
+
+def _combined(base: dict[str, Any], space: Mapping[str, Distribution]) -> list[dict[str, Any]]:
+    paths = sorted(space)
+    edges = [edge_values(space[p]) for p in paths]
+    if len(paths) < 2 or _product_size(edges) > MAX_COMBINATIONS:
+        return []
+    for values in itertools.product(*edges):
+        params = dict(zip(paths, values, strict=True))
+        why = _rejection(apply_params(base, params))
+        if why is not None:
+            together = ", ".join(f"{p}={_shown(v)}" for p, v in params.items())
+            return [
+                _error(p, f"together ({together}) they make an invalid job: {why}") for p in paths
+            ]
+    return []
+
+
+def _product_size(edges: list[list[Any]]) -> int:
+    size = 1
+    for values in edges:
+        size *= len(values)
+    return size
+
+
+def _objective_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
+    metric = sweep.objective.metric
+    recorded = {f"train_{m}" if not m.startswith("val_") else m for m in monitor_names(sweep.base)}
+    if metric not in recorded:
+        msg = f"{metric} is not recorded for the base job; choose one of {sorted(recorded)}"
+        return [_error("metric", msg, "objective")]
+    return []
+
+
+def _grid_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
+    if sweep.sampler.name != "grid":
+        return []
+    sizes = []
+    for path, dist in sweep.parameters.items():
+        values = grid_values(dist)
+        if values is None:
+            return [_error(path, "grid sampling needs categorical or int (not log) ranges")]
+        sizes.append(len(values))
+    if _product_size([[0] * n for n in sizes]) > GRID_LIMIT:
+        return [_error("name", f"the grid has more than {GRID_LIMIT} points", "sampler")]
+    return []
+
+
+def space_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
+    """Every way the sweep's space can make a job the schema rejects (empty: it is sound)."""
+    unknown = [p for p in sweep.parameters if not path_exists(p)]
+    if unknown:
+        return [_error(p, f"{p} is not a field of the job spec") for p in unknown]
+    base = sweep.base.model_dump(mode="json")
+    errors = _each_alone(base, sweep.parameters) + _objective_errors(sweep) + _grid_errors(sweep)
+    return errors or _combined(base, sweep.parameters)
+
+
+def grid_size(sweep: SweepSpec) -> int | None:
+    """How many points a grid sweep has (None for other samplers)."""
+    if sweep.sampler.name != "grid":
+        return None
+    return _product_size([grid_values(d) or [] for d in sweep.parameters.values()])

@@ -1,0 +1,214 @@
+"""THE sweep spec (v1): a base job spec, a search space over its fields, objective, sampler,
+pruner and budget; and the sweep as the API shows it. Pure Pydantic, like the job spec.
+
+Whether every spec the space can produce is one the job schema accepts is checked against the
+base spec in app.domain.sweep_space (it needs the values substituted, not just these shapes).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.schemas.job_spec import JobSpec
+
+# The metrics-row fields an objective may name (the per-epoch values a pruner compares).
+OBJECTIVE_FIELDS = (
+    "val_loss",
+    "val_accuracy",
+    "val_mae",
+    "train_loss",
+    "train_accuracy",
+    "train_mae",
+)
+PARAMETER_PATH = r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$"
+MAX_PARAMETERS = 32
+
+
+class _Sweep(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class UniformDist(_Sweep):
+    """A float drawn evenly from [low, high]."""
+
+    type: Literal["uniform"]
+    low: float = Field(allow_inf_nan=False)
+    high: float = Field(allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformDist:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        return self
+
+
+class LogUniformDist(UniformDist):
+    """A float drawn evenly in log space from [low, high]; low > 0."""
+
+    type: Literal["loguniform"]  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _positive(self) -> LogUniformDist:
+        if self.low <= 0:
+            raise ValueError("loguniform needs low > 0")
+        return self
+
+
+class IntDist(_Sweep):
+    """An integer from low, low + step, … up to high; `log` draws in log space (step 1)."""
+
+    type: Literal["int"]
+    low: int = Field(ge=-(2**31), le=2**31)
+    high: int = Field(ge=-(2**31), le=2**31)
+    step: int = Field(1, ge=1, le=2**31)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _valid(self) -> IntDist:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        if self.log and (self.step != 1 or self.low < 1):
+            raise ValueError("log needs step 1 and low >= 1")
+        return self
+
+    @property
+    def top(self) -> int:
+        """The largest value the range reaches (high, rounded down to the step grid)."""
+        return self.low + (self.high - self.low) // self.step * self.step
+
+
+class CategoricalDist(_Sweep):
+    """One of `choices`: any JSON values (a list of widths or a whole scheduler is one choice)."""
+
+    type: Literal["categorical"]
+    choices: list[Any] = Field(min_length=1, max_length=256)
+
+
+Distribution = Annotated[
+    UniformDist | LogUniformDist | IntDist | CategoricalDist, Field(discriminator="type")
+]
+
+
+class ObjectiveSpec(_Sweep):
+    """The metrics-row field to optimize and its direction (auto: max for accuracy-like)."""
+
+    metric: Literal[OBJECTIVE_FIELDS] = "val_loss"  # type: ignore[valid-type]
+    mode: Literal["min", "max", "auto"] = "auto"
+
+    @property
+    def direction(self) -> Literal["min", "max"]:
+        if self.mode != "auto":
+            return self.mode
+        return "max" if "acc" in self.metric else "min"
+
+
+class SamplerSpec(_Sweep):
+    """Optuna's sampler: tpe (default), random, or grid (every parameter finite)."""
+
+    name: Literal["tpe", "random", "grid"] = "tpe"
+    seed: int | None = Field(None, ge=0, le=2**31 - 1, description="reproducible draws")
+    n_startup_trials: int = Field(10, ge=0, le=1000, description="tpe: random trials first")
+
+
+# The parameters each pruner takes, with their bounds; anything else is refused.
+PRUNER_PARAMS: dict[str, dict[str, tuple[int, int]]] = {
+    "none": {},
+    "median": {
+        "n_startup_trials": (0, 1000),
+        "interval_steps": (1, 1000),
+        "n_min_trials": (1, 1000),
+    },
+    "successive_halving": {"reduction_factor": (2, 100), "min_early_stopping_rate": (0, 100)},
+    "hyperband": {"reduction_factor": (2, 100)},
+}
+
+
+class PrunerSpec(_Sweep):
+    """Optuna's pruner; no trial is pruned before it has trained `min_epochs` epochs."""
+
+    name: Literal["none", "median", "successive_halving", "hyperband"] = "median"
+    params: dict[str, int] = Field(default_factory=dict, max_length=8)
+    min_epochs: int = Field(1, ge=1, le=1000, description="epochs every trial trains at least")
+
+    @model_validator(mode="after")
+    def _known_params(self) -> PrunerSpec:
+        allowed = PRUNER_PARAMS[self.name]
+        for key, value in self.params.items():
+            if key not in allowed:
+                raise ValueError(
+                    f"pruner {self.name} takes {sorted(allowed) or 'no params'}, not {key!r}"
+                )
+            low, high = allowed[key]
+            if not low <= value <= high:
+                raise ValueError(f"pruner.params.{key} must be within [{low}, {high}]")
+        return self
+
+
+class SweepSpec(_Sweep):
+    """A sweep: trials are jobs made from `base` with `parameters` drawn by the sampler."""
+
+    name: str = Field("sweep", min_length=1, max_length=100, pattern=r"^[\w.\- ]+$")
+    base: JobSpec = Field(description="a full job spec; each trial overrides its parameters")
+    parameters: dict[
+        Annotated[str, Field(min_length=1, max_length=128, pattern=PARAMETER_PATH)], Distribution
+    ] = Field(min_length=1, max_length=MAX_PARAMETERS, description="dotted spec path -> range")
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    pruner: PrunerSpec = Field(default_factory=PrunerSpec)
+    max_trials: int = Field(20, ge=1, le=1000, description="trials launched in all")
+    max_parallel: int = Field(2, ge=1, le=64, description="trials queued or running at once")
+    max_failed_trials: int = Field(
+        3, ge=0, le=1000, description="failed trials tolerated; one more ends the sweep failed"
+    )
+
+
+class TrialPublic(BaseModel):
+    """One trial: its job, the values drawn, how it went."""
+
+    number: int
+    job_id: str
+    params: dict[str, Any]
+    state: str = Field(description="queued | running | complete | pruned | failed | cancelled")
+    status: str = Field(description="the job's status")
+    stop_reason: str | None
+    objective: float | None = Field(description="the best value of the objective over its epochs")
+    epochs_run: int
+    epochs: int
+
+
+class BestTrial(BaseModel):
+    number: int
+    job_id: str
+    params: dict[str, Any]
+    objective: float
+    model: str = Field(description="where the trial's exported model downloads from")
+
+
+class SweepSummary(BaseModel):
+    id: str
+    name: str
+    status: str = Field(description="running | succeeded | failed | cancelled")
+    created_at: datetime
+    finished_at: datetime | None
+    trials_launched: int
+    max_trials: int
+    objective: ObjectiveSpec
+
+
+class SweepPublic(SweepSummary):
+    """A sweep with every trial, the best one, and what the pruner saved."""
+
+    spec: dict[str, Any]
+    trials: list[TrialPublic]
+    counts: dict[str, int] = Field(description="trials per state")
+    best: BestTrial | None
+    epochs_spent: int = Field(description="epochs trained over all trials")
+    epochs_full: int = Field(description="what every launched trial at full length would cost")
+
+
+class SweepsPublic(BaseModel):
+    items: list[SweepSummary]
+    next_cursor: str | None = Field(None, description="pass as ?cursor= for the next page")

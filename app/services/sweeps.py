@@ -1,0 +1,216 @@
+"""The sweeps controller: tells Optuna how ended trials went and queues the next ones.
+
+Driven by events, not a scheduler of its own: a sweep is topped up when it is submitted, when
+one of its trial jobs ends (the worker's supervisor records the end and calls
+`trial_ended`; a cancel from the API does too) and, as a fallback, by every maintenance
+round (`top_up_unfinished`). Under the sweep's lock (app.domain.sweeps.locked) one process
+at a time decides: tell Optuna the ended trials, ask for up to max_parallel minus the active
+ones, store them as ordinary queued jobs, commit, then send them to the broker like any job.
+A trial Optuna handed out whose job was never stored (a crash between the two) is launched
+on the next top-up with the same parameters, so none is lost and none doubled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain import sweeps as rows
+from app.domain.states import TERMINAL, JobStatus, StopReason, SweepStatus, TrialState
+from app.domain.sweep_space import apply_params, grid_size
+from app.domain.tables import Job, Sweep, utcnow
+from app.schemas.job_spec import JobSpec
+from app.schemas.sweep import SweepSpec
+from app.services import sweep_study
+from app.services.dispatch import dispatch
+from app.services.queue import queue_for_gpus
+
+log = logging.getLogger(__name__)
+_tables_ready: set[str] = set()
+
+
+def trial_state(job: Job) -> TrialState:
+    """The trial's state, from its job's status and stop reason."""
+    if job.status == JobStatus.queued:
+        return TrialState.queued
+    if job.status in (JobStatus.running, JobStatus.cancelling):
+        return TrialState.running
+    if job.status == JobStatus.succeeded:
+        pruned = job.stop_reason == StopReason.pruned
+        return TrialState.pruned if pruned else TrialState.complete
+    return TrialState(job.status)
+
+
+def load_spec(sweep: Sweep) -> SweepSpec:
+    return SweepSpec.model_validate_json(json.dumps(sweep.spec))
+
+
+def trial_limit(spec: SweepSpec) -> int:
+    """max_trials, or fewer when a grid has fewer points."""
+    points = grid_size(spec)
+    return spec.max_trials if points is None else min(spec.max_trials, points)
+
+
+def submit(session: Session, spec: SweepSpec, owner_id: str | None) -> Sweep:
+    """Store the sweep, make its study, queue its first trials."""
+    from app.core.config import get_settings
+
+    url = get_settings().sqlalchemy_url
+    session.commit()  # nothing of ours stays open while Optuna's connection writes (SQLite)
+    if url not in _tables_ready:
+        sweep_study.ensure_tables()
+        _tables_ready.add(url)
+    sweep = rows.create_sweep(session, spec.name, spec.model_dump(mode="json"), owner_id)
+    session.commit()
+    top_up(session, sweep.id)
+    return sweep
+
+
+def top_up(session: Session, sweep_id: str) -> list[str]:
+    """Tell Optuna the ended trials; queue new ones up to the limits. The new jobs' ids."""
+    launched: list[Job] = []
+    with rows.locked(session, sweep_id) as sweep:
+        if sweep is None:
+            return []
+        spec = load_spec(sweep)
+        jobs = list(rows.trial_jobs(session, sweep_id))
+        ended = [j for j in jobs if j.status in TERMINAL]
+        objective = spec.objective
+        values = rows.objective_by_job(
+            session, [j.id for j in ended], objective.metric, objective.direction
+        )
+        rows.yield_to_optuna(session)
+        study = sweep_study.open_study(sweep_id, spec, trials_so_far=len(jobs))
+        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+        _tell_ended(study, ended, values, by_number)
+        count, status = _plan(sweep, spec, jobs)
+        for number, params in _ask(study, spec, jobs, by_number, count):
+            launched.append(_store_trial(session, sweep, spec, number, params))
+        active = [j for j in jobs if j.status not in TERMINAL] + launched
+        sweep.status, sweep.updated_at = status, utcnow()
+        sweep.trials_launched, sweep.trials_ended = len(jobs) + len(launched), len(ended)
+        if status != SweepStatus.running and not active and sweep.finished_at is None:
+            sweep.finished_at = utcnow()
+        session.commit()
+    for job in launched:
+        dispatch(session, job)  # a failed publish leaves it queued for the reconciler
+    return [job.id for job in launched]
+
+
+def _tell_ended(study: Any, ended: Sequence[Job], values: dict[str, float], by_number: Any) -> None:
+    """Each ended trial's result to Optuna, once (a finished Optuna trial is left alone)."""
+    states = sweep_study._optuna().trial.TrialState
+    for job in ended:
+        trial = by_number.get(job.sweep_trial)
+        if trial is None or trial.state.is_finished():
+            continue
+        state = trial_state(job)
+        value = values.get(job.id)
+        # Under the sweep's lock nobody else tells, and the state was just read: no re-check.
+        if state == TrialState.complete and value is not None:
+            study.tell(job.sweep_trial, value)
+        elif state == TrialState.pruned:
+            study.tell(job.sweep_trial, state=states.PRUNED)
+        else:
+            study.tell(job.sweep_trial, state=states.FAIL)
+
+
+def _plan(sweep: Sweep, spec: SweepSpec, jobs: Sequence[Job]) -> tuple[int, str]:
+    """How many trials to queue now, and the sweep's status after that."""
+    active = sum(j.status not in TERMINAL for j in jobs)
+    failed = sum(j.status == JobStatus.failed for j in jobs)
+    status = sweep.status
+    if status == SweepStatus.running and failed > spec.max_failed_trials:
+        status = SweepStatus.failed  # running trials finish; no new ones
+    if status != SweepStatus.running:
+        return 0, status
+    count = max(0, min(spec.max_parallel - active, trial_limit(spec) - len(jobs)))
+    if count == 0 and active == 0:
+        status = SweepStatus.succeeded
+    return count, status
+
+
+def _ask(
+    study: Any, spec: SweepSpec, jobs: Sequence[Job], by_number: Any, count: int
+) -> list[tuple[int, dict[str, Any]]]:
+    """`count` trials: first any Optuna handed out without a stored job, then new ones."""
+    stored = {j.sweep_trial for j in jobs}
+    states = sweep_study._optuna().trial.TrialState
+    orphans = [
+        t for n, t in sorted(by_number.items()) if n not in stored and t.state == states.RUNNING
+    ]
+    out = [(t.number, sweep_study.decode(spec, t.params)) for t in orphans[:count]]
+    for trial in orphans[count:]:  # more than the slots left (the sweep shrank): not run
+        study.tell(trial.number, state=states.FAIL, skip_if_finished=True)
+    distributions = sweep_study.distributions(spec)
+    while len(out) < count:
+        trial = study.ask(distributions)
+        out.append((trial.number, sweep_study.decode(spec, trial.params)))
+    return out
+
+
+def _store_trial(
+    session: Session, sweep: Sweep, spec: SweepSpec, number: int, params: dict[str, Any]
+) -> Job:
+    """The trial as an ordinary queued job of the sweep's owner."""
+    body = apply_params(spec.base.model_dump(mode="json"), params)
+    body["name"] = f"{spec.name}-{number}"
+    job_spec = JobSpec.model_validate_json(json.dumps(body))
+    job = crud.create_job(
+        session, job_spec, queue_for_gpus(job_spec.resources.gpus), owner_id=sweep.owner_id
+    )
+    job.sweep_id, job.sweep_trial = sweep.id, number
+    session.flush()
+    return job
+
+
+def cancel(session: Session, sweep: Sweep) -> None:
+    """Stop launching; cancel every queued and running trial (they end as cancels do)."""
+    with rows.locked(session, sweep.id) as locked:
+        if locked is None or locked.status != SweepStatus.running:
+            session.commit()
+            return
+        locked.status, locked.updated_at = SweepStatus.cancelled, utcnow()
+        for job in rows.trial_jobs(session, sweep.id):
+            if job.status not in TERMINAL:
+                crud.request_cancel(session, job)
+        session.commit()
+    top_up(session, sweep.id)  # queued trials ended at once: tell Optuna, maybe finish
+
+
+def trial_ended(sweep_id: str) -> None:
+    """A trial's job reached a final status: top its sweep up (never raises to the caller)."""
+    try:
+        with session_scope() as session:
+            top_up(session, sweep_id)
+    except Exception:  # the maintenance round tops the sweep up later
+        log.warning("could not top up sweep %s; maintenance will", sweep_id, exc_info=True)
+
+
+def needs_top_up(session: Session, sweep: Sweep) -> bool:
+    """Whether a trial ended since the last top-up, or a slot is free (one grouped read)."""
+    active, ended = rows.trial_counts(session, sweep.id)
+    if ended != sweep.trials_ended:
+        return True
+    if sweep.status != SweepStatus.running:
+        return active == 0
+    spec = sweep.spec
+    return active < int(spec["max_parallel"]) and sweep.trials_launched < int(spec["max_trials"])
+
+
+def top_up_unfinished(session: Session) -> int:
+    """The maintenance fallback: top up every sweep that an event may have missed."""
+    done = 0
+    for sweep in rows.unfinished_sweeps(session):
+        if needs_top_up(session, sweep):
+            session.commit()
+            top_up(session, sweep.id)
+            done += 1
+    session.commit()
+    return done
