@@ -1,4 +1,4 @@
-"""Races between real concurrent sessions on PostgreSQL: quotas and state changes hold.
+"""Races between real concurrent sessions: quotas and state changes hold.
 
 Each change of a job's state is one conditional UPDATE, so two processes deciding at once
 cannot both win; the per-key limit locks the key's row around its count and insert.
@@ -29,7 +29,7 @@ LIMIT, SUBMITS = 5, 100
 
 
 @pytest.fixture
-def client(pg_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+def client(db_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.setenv("EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY", str(LIMIT))
     get_settings.cache_clear()
     from app.main import create_app
@@ -40,6 +40,7 @@ def client(pg_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 
 def test_the_per_key_limit_holds_under_concurrent_submits(client: TestClient) -> None:
+    """On PostgreSQL the key's row lock decides; on SQLite BEGIN IMMEDIATE already does."""
     body = {"framework": "pytorch", "dataset": {"name": "digits"}}
     assert client.post("/v1/jobs", json=body).status_code == 201  # one already queued
     with ThreadPoolExecutor(SUBMITS) as pool:
