@@ -16,7 +16,8 @@ from app.api.errors import problem
 
 MAX_PATH_CHARS = 8192
 MAX_QUERY_BYTES = 8192
-# Controls (NUL, CR, LF, ESC, DEL, C1), lone surrogates, private use, unassigned code points.
+# Controls (NUL, CR, LF, ESC, DEL, C1), lone surrogates, private use, and code points this
+# Python's Unicode database has not assigned (noncharacters such as U+FFFF among them).
 REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Co", "Cn"})
 
 
@@ -48,11 +49,11 @@ class CleanUrl:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
+        if scope["type"] == "http":  # the app serves no websockets
             found = url_problem(
                 scope.get("path", ""), scope.get("raw_path"), scope.get("query_string", b"")
             )
-            if found is not None and scope["type"] == "http":
+            if found is not None:
                 await problem(*found)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
