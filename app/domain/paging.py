@@ -19,6 +19,7 @@ class Paged(Protocol):
 
 
 def encode_cursor(job: Paged) -> str:
+    """The cursor of the page after `job`: its time and id, base64url JSON."""
     raw = json.dumps([job.created_at.isoformat(), job.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
