@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         1_000_000_000, ge=1024, description="Arrays of one upload once decompressed, in memory."
     )
 
+    max_job_memory_bytes: int | None = Field(
+        None,
+        ge=2**20,
+        description="Refuse a job whose estimated peak host memory exceeds this (default: "
+        "the largest live worker's memory, else this host's).",
+    )
+
     max_active_jobs_per_key: int = Field(
         50, ge=0, description="Queued + running jobs one key may have (0: no limit)."
     )

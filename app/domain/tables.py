@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     DateTime,
     Float,
     ForeignKey,
@@ -206,6 +207,9 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
     current_job_id: Mapped[str | None] = mapped_column(String(36))
+    # What the worker can give one job (admission compares a job's estimated cost with these).
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    disk_free_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 METRIC_FIELDS = (

@@ -74,6 +74,8 @@ class WorkerPublic(BaseModel):
     )
     started_at: datetime
     heartbeat_at: datetime
+    memory_bytes: int | None = Field(None, description="host memory one job may use")
+    disk_free_bytes: int | None = Field(None, description="free disk of its artifacts dir")
 
 
 class WorkersPublic(BaseModel):
