@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -42,6 +42,7 @@ from worker.protocol import (
 )
 from worker.supervisor import shutdown
 from worker.supervisor.heartbeat import set_current_job
+from worker.supervisor.oom import MemoryWatch
 from worker.supervisor.standby import POOL, warm_up
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Attempt:
     terminated_at: float | None = None
     killed_at: float | None = None
     lost: bool = False
+    memory: MemoryWatch = field(default_factory=MemoryWatch)  # for an OOM verdict at the end
 
 
 def run_job(job_id: str, worker_name: str) -> None:
@@ -152,6 +154,7 @@ def supervise(settings: Settings, run: Attempt) -> None:
         elif shutdown.requested():
             _request_stop(run, StopReason.shutdown)
         _escalate(settings, run, now)
+        run.memory.sample(run.process.pid)
         try:  # wakes as soon as the child exits, not at the next poll
             run.process.wait(timeout=POLL_SECONDS)
         except subprocess.TimeoutExpired:
@@ -243,6 +246,12 @@ def outcome_of(run: Attempt) -> Outcome:
             run.stop_reason,
             error_code=None if cancelled else ErrorCode.timeout,
             error=f"the training process did not stop in time and was ended ({how})",
+        )
+    if code == -signal.SIGKILL and run.killed_at is None and run.memory.killed_by_oom():
+        return Outcome.failure(  # final: the same spec on the same box would meet it again
+            ErrorCode.out_of_memory,
+            f"the training process was killed ({how}) by the kernel's out-of-memory killer "
+            f"(peak resident memory {run.memory.peak_rss // 2**20} MiB); see the log",
         )
     if code < 0:
         return Outcome.failure(
