@@ -63,7 +63,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1024)
     max_upload_bytes: int = Field(200_000_000, ge=1024, le=2**31 - 1)  # dataset.size_bytes is int4
     max_upload_array_bytes: int = Field(
-        1_000_000_000, ge=1024, description="Arrays of one upload once decompressed, in memory."
+        1_000_000_000,
+        ge=1024,
+        le=2_000_000_000,  # dataset.size_bytes (what is stored) is int4 too
+        description="Arrays of one upload as stored (x as float32 or uint8), CSV too.",
+    )
+    max_storage_bytes_per_key: int | None = Field(
+        None, ge=1024, description="Stored uploads one key may keep in all (unset: no quota)."
     )
 
     max_job_memory_bytes: int | None = Field(
