@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     )
     api_key_file: Path | None = Field(None, description="Where `epochal up` puts the admin key.")
 
+    metrics_token: str | None = Field(
+        None, min_length=16, description="When set, /metrics needs Authorization: Bearer <it>."
+    )
+
     log_json: bool = Field(False, description="Log JSON lines (with the job id) instead of text.")
     events_poll_seconds: float = Field(
         0.5, gt=0, le=60, description="How often each API process reads new job events for SSE."

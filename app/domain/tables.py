@@ -193,6 +193,17 @@ class Dataset(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class EpochStat(Base):
+    """Finished epochs per framework and duration bucket (app.domain.epoch_stats keeps them)."""
+
+    __tablename__ = "epoch_stat"
+
+    framework: Mapped[str] = mapped_column(String(16), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    epochs: Mapped[int] = mapped_column(BigInteger)
+    seconds_sum: Mapped[float] = mapped_column(Float)
+
+
 class Worker(Base):
     """A live Celery worker as its heartbeats describe it."""
 
