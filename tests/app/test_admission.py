@@ -119,3 +119,22 @@ def test_a_sweep_whose_largest_batch_does_not_fit_names_that_parameter(
     assert response.status_code == 422, response.text
     error = response.json()["errors"][0]
     assert error["field"] == "parameters.training.batch_size" and "65536" in error["msg"]
+
+
+def test_an_upload_is_costed_from_its_row(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    from app.core.config import get_settings
+    from tests.app.test_datasets import npz, upload
+
+    x = np.zeros((5000, 28, 28), np.uint8)  # 3.9 MB stored, ~20 MB once loaded as float32
+    dataset_id = upload(client, npz(x=x, y=np.arange(5000) % 10)).json()["id"]
+    body = {"framework": "pytorch", "dataset": {"id": dataset_id}}
+    assert client.post("/v1/jobs", json=body).status_code == 201
+    monkeypatch.setenv("EPOCHAL_MAX_JOB_MEMORY_BYTES", str(2**20))  # below the runtime alone
+    get_settings.cache_clear()
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "dataset.id"
