@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.domain.states import ErrorCode
+from worker.protocol import Outcome
+
 NEAR_LIMIT = 0.75  # of the memory available at the start: the child was in OOM territory
 OOM_EVENTS = (
     Path("/sys/fs/cgroup/memory.events"),  # cgroup v2
@@ -88,4 +91,12 @@ class MemoryWatch:
             return True
         return bool(self.available_at_start) and self.peak_rss >= NEAR_LIMIT * (
             self.available_at_start or 0
+        )
+
+    def outcome(self) -> Outcome:
+        """The final failure of an OOM-killed child: the same spec here would meet it again."""
+        return Outcome.failure(
+            ErrorCode.out_of_memory,
+            "the training process was killed (signal SIGKILL) by the kernel's out-of-memory "
+            f"killer (peak resident memory {self.peak_rss // 2**20} MiB); see the log",
         )

@@ -248,11 +248,7 @@ def outcome_of(run: Attempt) -> Outcome:
             error=f"the training process did not stop in time and was ended ({how})",
         )
     if code == -signal.SIGKILL and run.killed_at is None and run.memory.killed_by_oom():
-        return Outcome.failure(  # final: the same spec on the same box would meet it again
-            ErrorCode.out_of_memory,
-            f"the training process was killed ({how}) by the kernel's out-of-memory killer "
-            f"(peak resident memory {run.memory.peak_rss // 2**20} MiB); see the log",
-        )
+        return run.memory.outcome()  # a SIGKILL we did not send, near the memory limit
     if code < 0:
         return Outcome.failure(
             ErrorCode.child_killed, f"the training process died ({how}); see the log"
