@@ -38,7 +38,7 @@ FROM base AS worker
 # toolkit (see DEPLOY.md).
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 \
  && pip install "tensorflow[and-cuda]==2.21.0" \
- && pip install /wheels/epochal_client-*.whl "$(echo /wheels/epochal-*.whl)[torch,data]" setproctitle
+ && pip install /wheels/epochal_client-*.whl "$(echo /wheels/epochal-*.whl)[torch,data,export]" setproctitle
 USER epochal
 ENV EPOCHAL_HOME=/data TF_FORCE_GPU_ALLOW_GROWTH=true
 CMD ["epochal", "worker"]

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI
 
 from app.api import errors
 from app.api.body_limit import BodySizeLimit
+from app.api.clean_url import CleanUrl
 from app.api.deps import current_key
 from app.api.routes import (
     artifacts,
@@ -54,6 +55,7 @@ def create_app() -> FastAPI:
         max_bytes=settings.max_body_bytes,
         upload_bytes=settings.max_upload_bytes + 64 * 1024,  # the file plus multipart framing
     )
+    app.add_middleware(CleanUrl)  # inside RequestMetrics, so refused requests are logged
     app.add_middleware(RequestMetrics)
     # Every /v1 route needs a key, so a new route cannot forget it (P43).
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(current_key)], responses=errors.V1_RESPONSES)

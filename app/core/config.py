@@ -88,6 +88,20 @@ class Settings(BaseSettings):
         None, min_length=16, description="When set, /metrics needs Authorization: Bearer <it>."
     )
 
+    # Retention: nothing is removed unless asked.
+    retention_days: float | None = Field(
+        None, gt=0, description="Prune checkpoints of jobs finished this long ago (off: unset)."
+    )
+    retention_delete_jobs: bool = Field(
+        False, description="With EPOCHAL_RETENTION_DAYS: delete those jobs whole instead."
+    )
+    retention_interval_seconds: float = Field(
+        3600, gt=0, description="How often each process applies the retention."
+    )
+    max_log_bytes: int = Field(
+        50_000_000, ge=0, description="A job.log past this keeps its newest half (0: no cap)."
+    )
+
     log_json: bool = Field(False, description="Log JSON lines (with the job id) instead of text.")
     events_poll_seconds: float = Field(
         0.5, gt=0, le=60, description="How often each API process reads new job events for SSE."

@@ -6,18 +6,17 @@ database decides who wins whatever the broker redelivers (RELIABILITY.md P10).
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from app.domain.paging import decode_cursor, encode_cursor
 from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
-from app.domain.tables import Job, JobTransition, Worker, utcnow
+from app.domain.tables import ApiKey, Job, JobTransition, Worker, utcnow
 from app.schemas.job_spec import JobSpec
 
 
@@ -70,21 +69,6 @@ def get_job(session: Session, job_id: str) -> Job | None:
 def transitions(session: Session, job_id: str) -> Sequence[JobTransition]:
     query = select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
     return session.scalars(query).all()
-
-
-def encode_cursor(job: Job) -> str:
-    raw = json.dumps([job.created_at.isoformat(), job.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """Raise ValueError for anything that is not a cursor this service made."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, job_id = json.loads(raw)
-        return datetime.fromisoformat(created), str(job_id)
-    except Exception as exc:  # any malformed input is the client's mistake
-        raise ValueError("cursor is not one returned by this API") from exc
 
 
 def list_jobs(
@@ -187,30 +171,36 @@ def finish_job(
     error: str | None = None,
     result: Mapping[str, Any] | None = None,
 ) -> bool:
-    """End our attempt; False when the job was no longer ours (another attempt owns it)."""
-    job = session.get(Job, job_id, populate_existing=True)
-    if job is None or job.attempt != attempt or job.status not in ACTIVE:
-        return False
-    if job.status == JobStatus.cancelling and status == JobStatus.succeeded:
-        # The cancel raced the last epoch: the user asked to stop, the work is complete.
-        reason = f"{reason} (cancel arrived after the last epoch)"
-    before, now = job.status, utcnow()
-    session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.attempt == attempt)
-        .values(
-            status=status,
-            stop_reason=stop_reason,
-            error_code=error_code,
-            error=error,
-            result=dict(result) if result is not None else job.result,
-            finished_at=now,
-            updated_at=now,
-            lease_expires_at=None,
-        )
-    )
-    add_transition(session, job_id, before, status, reason, attempt)
-    return True
+    """End our attempt in one conditional UPDATE; False when it was no longer ours.
+
+    A reaper and the supervisor may both try to end an attempt: the row's status and attempt
+    are the condition, so exactly one of them writes the terminal state and its transition.
+    """
+    now = utcnow()
+    values: dict[str, Any] = {
+        "status": status,
+        "stop_reason": stop_reason,
+        "error_code": error_code,
+        "error": error,
+        "finished_at": now,
+        "updated_at": now,
+        "lease_expires_at": None,
+    }
+    if result is not None:
+        values["result"] = dict(result)
+    for before in (JobStatus.running, JobStatus.cancelling):  # a job may move on, never back
+        ended = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.attempt == attempt, Job.status == before)
+            .values(**values)
+        ).rowcount
+        if ended:
+            if before == JobStatus.cancelling and status == JobStatus.succeeded:
+                # The cancel raced the last epoch: the user asked to stop, the work is complete.
+                reason = f"{reason} (cancel arrived after the last epoch)"
+            add_transition(session, job_id, before, status, reason, attempt)
+            return True
+    return False
 
 
 def requeue(session: Session, job: Job, reason: str) -> bool:
@@ -312,7 +302,14 @@ def find_idempotent(session: Session, owner_id: str | None, key: str) -> Job | N
 
 
 def count_active(session: Session, owner_id: str) -> int:
-    """Jobs of this owner that are queued or running (the per-key quota counts these)."""
+    """Jobs of this owner that are queued or running (the per-key quota counts these).
+
+    It first locks the owner's key row until the caller commits, so a count and the insert
+    after it are atomic: on PostgreSQL FOR NO KEY UPDATE (concurrent submits of one key queue
+    up, a job's foreign-key check is not blocked); SQLite's BEGIN IMMEDIATE already serializes
+    every writer (app.core.db), and the clause renders as nothing there.
+    """
+    session.execute(select(ApiKey.id).where(ApiKey.id == owner_id).with_for_update(key_share=True))
     active = (JobStatus.queued, *ACTIVE)
     query = (
         select(func.count())

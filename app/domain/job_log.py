@@ -6,7 +6,11 @@ app.domain.job_files, from the job id (never from the user), so no request can n
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -46,3 +50,60 @@ def tail_lines(path: Path, count: int) -> tuple[list[str], bool]:
         lines = lines[1:]  # the first one is probably cut in the middle
     more = start > 0 or len(lines) > count
     return [line[:MAX_LINE_CHARS] for line in lines[-count:]], more
+
+
+def cap_log(path: Path, max_bytes: int) -> int:
+    """Past max_bytes, keep the newest half of a job's log; how many bytes were dropped.
+
+    Writers hold O_APPEND descriptors (the child's stdout, the supervisor's notes), so the file
+    cannot be swapped for a new one. Where the filesystem can (ext4, XFS), the head is cut out
+    in place with fallocate(COLLAPSE_RANGE): appends go on at the new end and nothing is lost.
+    Elsewhere the tail is copied and written back after a truncate; a line the child writes in
+    that instant can be lost, which a log already losing its oldest half can afford.
+    """
+    try:
+        size = path.stat().st_size
+        if max_bytes <= 0 or size <= max_bytes:
+            return 0
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        try:
+            start = size - max_bytes // 2
+            dropped = _collapse(fd, start) or _rewrite_tail(fd, start)
+        finally:
+            os.close(fd)
+        append_line(path.parent, f"job.log passed {max_bytes} bytes: dropped the oldest {dropped}")
+    except OSError:  # a log that cannot be capped (gone, disk full) must not stop training
+        return 0
+    return dropped
+
+
+def _collapse(fd: int, drop: int) -> int:
+    """Remove the first `drop` bytes (rounded down to whole blocks) in place; 0 if unsupported."""
+    block = os.fstat(fd).st_blksize or 4096
+    drop -= drop % block
+    if drop <= 0 or _libc() is None:
+        return 0
+    collapse_range = 0x08  # FALLOC_FL_COLLAPSE_RANGE, linux/falloc.h
+    failed = _libc().fallocate(fd, collapse_range, ctypes.c_long(0), ctypes.c_long(drop))
+    return 0 if failed else drop
+
+
+def _rewrite_tail(fd: int, start: int) -> int:
+    """Copy from the first line after `start` to the end, truncate, append it back."""
+    tail = os.pread(fd, os.fstat(fd).st_size - start, start)
+    newline = tail.find(b"\n")
+    tail = tail[newline + 1 :] if newline >= 0 else tail
+    dropped = os.fstat(fd).st_size - len(tail)
+    os.ftruncate(fd, 0)
+    os.write(fd, tail)  # O_APPEND: after anything written since the truncate
+    return dropped
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, for fallocate(2) (Linux); None where there is none to load."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name, use_errno=True) if name and sys.platform == "linux" else None
+    except OSError:
+        return None

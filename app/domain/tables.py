@@ -42,6 +42,11 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
+# What an id of a job, sweep or upload may look like (ours are UUIDs); refuse anything else
+# before it reaches a query (PostgreSQL answers a NUL in text with an error, not "no row").
+ID_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
 

@@ -47,6 +47,11 @@ JOB_PATH = re.compile(r"^/v1/jobs/([A-Za-z0-9-]{1,64})(?:/|$)")
 JOB_IN_BODY = re.compile(rb'^\{"id":"([A-Za-z0-9-]{1,64})"')
 
 
+def escaped(text: str) -> str:
+    """Control characters as \\xNN escapes: a CR/LF in a path cannot forge a log line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def enable_multiprocess(workers: int) -> None:
     """Before uvicorn forks N workers: a fresh folder for their shared metric files."""
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -120,7 +125,7 @@ class RequestMetrics:
             '%s - "%s %s" %s %.1fms',
             client[0],
             scope["method"],
-            scope.get("path", ""),
+            escaped(scope.get("path", "")),
             status,
             1000 * (time.perf_counter() - started),
         )

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.db import session_scope
-from app.domain import crud
+from app.domain import crud, retention
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
 from app.services import sweeps
@@ -120,17 +121,34 @@ def run_once(settings: Settings) -> None:
         sweeps.top_up_unfinished(session)
 
 
+def apply_retention(settings: Settings) -> int:
+    """EPOCHAL_RETENTION_DAYS: prune (or delete) jobs that ended that long ago; how many."""
+    if settings.retention_days is None:
+        return 0
+    with session_scope() as session:
+        return retention.apply_retention(
+            session,
+            settings.resolved_artifacts_dir,
+            settings.retention_days,
+            settings.retention_delete_jobs,
+        )
+
+
 class MaintenanceThread(threading.Thread):
-    """Calls run_once every maintenance_seconds until stopped."""
+    """Calls run_once every maintenance_seconds, and the retention once an interval."""
 
     def __init__(self, settings: Settings, name: str) -> None:
         super().__init__(name=name, daemon=True)
         self.settings, self._stop_event = settings, threading.Event()
 
     def run(self) -> None:
+        retained_at = float("-inf")  # the first round applies it
         while not self._stop_event.wait(self.settings.maintenance_seconds):
             try:
                 run_once(self.settings)
+                if time.monotonic() - retained_at >= self.settings.retention_interval_seconds:
+                    retained_at = time.monotonic()
+                    apply_retention(self.settings)
             except Exception:  # a DB or broker hiccup must not end the thread
                 log.warning("maintenance round failed", exc_info=True)
 

@@ -85,7 +85,7 @@ def _read_card(card_path: Path) -> tuple[tuple[int, ...], str, list[Any] | None]
     return row_shape, task, classes if isinstance(classes, list) else None
 
 
-def load_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
+def open_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
     """An inference session for one exported model, on the CPU with `threads` intra-op threads."""
     import onnxruntime as ort  # imported on first use: the API starts without paying for it
 
@@ -139,7 +139,7 @@ class SessionCache:
                 self._entries.move_to_end(job_id)
                 return entry[1]
         onnx_path, card_path = model_files(job_dir)  # a miss checks where the files really are
-        model = load_model(onnx_path, card_path, self.threads)  # outside the lock: can be slow
+        model = open_model(onnx_path, card_path, self.threads)  # outside the lock: can be slow
         with self._lock:
             self.loads += 1
             self._entries[job_id] = (version, model)

@@ -138,6 +138,13 @@ def cancel(job_id: Annotated[str, typer.Argument()]) -> None:
     console.print(f"{job.id} {render.status_text(job.status)}")
 
 
+def delete(job_id: Annotated[str, typer.Argument()]) -> None:
+    """Delete a finished job: its metrics, events, model and files (refused until it ends)."""
+    with connect() as client:
+        client.delete_job(job_id)
+    console.print(f"{job_id} deleted", highlight=False)
+
+
 def download(
     job_id: Annotated[str, typer.Argument()],
     path: Annotated[Path, typer.Argument(help="file or folder")] = Path("."),
@@ -233,8 +240,8 @@ def workers() -> None:
 
 def register_client_commands(cli: typer.Typer) -> None:
     """Add the client commands to a Typer app."""
-    verbs = (submit, follow, jobs, show, metrics, logs, cancel, download, predict, tensorboard)
-    for command in (*verbs, workers):
+    verbs = (submit, follow, jobs, show, metrics, logs, cancel, delete, download, predict)
+    for command in (*verbs, tensorboard, workers):
         cli.command()(command)
     cli.add_typer(datasets, name="datasets")
     cli.add_typer(sweep, name="sweep")

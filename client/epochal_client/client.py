@@ -144,6 +144,10 @@ class Client(SweepMethods):
     def cancel(self, job_id: str) -> Job:
         return build(Job, self._json("POST", f"/v1/jobs/{job_id}/cancel"))
 
+    def delete_job(self, job_id: str) -> None:
+        """Delete a finished job with its metrics, events and files (409 until it has ended)."""
+        self._request("DELETE", f"/v1/jobs/{job_id}")
+
     def wait(self, job_id: str, timeout: float | None = None, poll: float = 1.0) -> Job:
         """Block until the job has ended; TimeoutError after `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -6,7 +6,9 @@ where a lax check turns into a 500.
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -169,3 +171,85 @@ def test_nasty_keys_are_401(client: TestClient, header: str) -> None:
 def test_nasty_idempotency_keys_are_4xx(client: TestClient) -> None:
     response = client.post("/v1/jobs", json=BASE, headers={"Idempotency-Key": "k" * 300})
     assert_problem(response)
+
+
+def cursor_of(created: str, job_id: str) -> str:
+    """A cursor in this API's format, holding whatever id the caller likes."""
+    raw = json.dumps([created, job_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("route", ["/v1/jobs", "/v1/sweeps"])
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        cursor_of("2030-01-01T00:00:00+00:00", "a\u0000"),  # PostgreSQL refuses the NUL
+        cursor_of("2030-01-01T00:00:00+00:00", "\ud800"),  # a lone surrogate cannot be encoded
+        cursor_of("2030-01-01T00:00:00", "a"),  # no time zone
+        cursor_of("2030-01-01T00:00:00+00:00", "a" * 65),
+        base64.urlsafe_b64encode(b'["2030-01-01T00:00:00+00:00", 7]').decode(),
+    ],
+)
+def test_forged_cursors_are_422(client: TestClient, route: str, cursor: str) -> None:
+    assert_problem(client.get(f"{route}?cursor={cursor}"), allowed=(422,))
+
+
+# Percent-encoded values no route may turn into a 5xx: refused ones must be a 4xx problem on
+# every path and query parameter; odd but legal ones may be served or refused.
+REFUSED = ["%00", "a%00b", "%0D%0AX-Injected:%201", "%1B%5B2J", "%7F", "%C2%85", "%ED%A0%80"]
+REFUSED += ["%FF%FE", "%EF%BF%BF", "%F4%8F%BF%BF", "a" * 9000]
+ODD = ["%F0%9F%92%A5", "%E2%80%AE", "%EF%BB%BF", "..%2F..%2Fetc", "a" * 5000, "%20", "-"]
+SOME_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def api_routes() -> list[tuple[str, str, list[str], list[str]]]:
+    """(method, path template, path params, query params) of every route the app documents."""
+    from app.main import create_app
+
+    out = []
+    for template, operations in create_app().openapi()["paths"].items():
+        for method, operation in operations.items():
+            params = operation.get("parameters", [])
+            path_params = [p["name"] for p in params if p["in"] == "path"]
+            query_params = [p["name"] for p in params if p["in"] == "query"] + ["zz"]  # unknown
+            out.append((method.upper(), template, path_params, query_params))
+    return out
+
+
+ROUTES = api_routes()
+
+
+def hostile_urls(
+    template: str, path_params: list[str], query_params: list[str], value: str
+) -> Iterator[str]:
+    """The route's URL with `value` in each of its parameters in turn."""
+    filled = dict.fromkeys(path_params, SOME_ID)
+    for name in path_params:
+        yield template.format(**(filled | {name: value}))
+    for name in query_params:
+        yield f"{template.format(**filled)}?{name}={value}"
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=[f"{m} {p}" for m, p, *_ in ROUTES])
+def test_every_parameter_of_every_route_refuses_hostile_values(
+    client: TestClient, route: tuple[str, str, list[str], list[str]]
+) -> None:
+    method, template, path_params, query_params = route
+    assert len(ROUTES) > 20  # the enumeration found the app's routes
+    for value in REFUSED:
+        for url in hostile_urls(template, path_params, query_params, value):
+            response = client.request(method, url)
+            assert 400 <= response.status_code < 500, (url, response.status_code)
+            assert response.headers["content-type"].startswith("application/problem+json"), url
+    for value in ODD:
+        for url in hostile_urls(template, path_params, query_params, value):
+            response = client.request(method, url)
+            assert response.status_code < 500, (url, response.status_code, response.text[:200])
+
+
+def test_access_log_escapes_cr_lf(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="epochal.access"):
+        assert client.get("/v1/jobs/a%0D%0A127.0.0.1%20-%20forged").status_code == 400
+    lines = [r.getMessage() for r in caplog.records if r.name == "epochal.access"]
+    assert any("forged" in line for line in lines)
+    assert not any("\r" in line or "\n" in line for line in lines), lines

@@ -126,6 +126,12 @@ def test_cancel_and_follow_exit_codes(service: Service) -> None:
     assert again.returncode == 1 and "409" in again.stderr and "already cancelled" in again.stderr
     missing = epochal(service, "show", "no-such-job")
     assert missing.returncode == 1 and "404" in missing.stderr
+    deleted = epochal(service, "delete", job_id)  # it has ended: its rows and files go
+    assert deleted.returncode == 0 and f"{job_id} deleted" in deleted.stdout, deleted.stderr
+    home = Path(service.env["EPOCHAL_HOME"])
+    assert not JobFiles.of(home / "artifacts", job_id).root.exists()
+    gone = epochal(service, "show", job_id)
+    assert gone.returncode == 1 and "404" in gone.stderr
 
 
 class Terminal:

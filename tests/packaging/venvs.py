@@ -26,7 +26,7 @@ PIP_INSTALL = ("-m", "pip", "--disable-pip-version-check", "-q", "install", "--n
 NOT_SOURCE = ("__pycache__", "*.egg-info", "build", "dist", "test-artifacts")
 # What `epochal worker` needs beside the two wheels to train a PyTorch job on digits; the
 # Dockerfile's worker stage installs the same, after the CUDA builds of both frameworks.
-WORKER_EXTRAS = "torch,data"
+WORKER_EXTRAS = "torch,data,export"
 WORKER_DEPS = ("setproctitle",)
 TIMINGS: list[tuple[str, float]] = []
 

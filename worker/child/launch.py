@@ -8,6 +8,10 @@ process per rank from here; they share a process group, so a stop signal reaches
 
 from __future__ import annotations
 
+# isort: off
+from worker.child import early_stop  # first: a stop signal from here on is caught, not fatal
+
+# isort: on
 import argparse
 import contextlib
 import ctypes
@@ -74,6 +78,8 @@ def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
         state.request_stop(reason)
 
     signal.signal(STOP_SIGNAL, on_signal)
+    if early_stop.arrived():  # sent while this process was still starting
+        on_signal(STOP_SIGNAL, None)
 
 
 def placement_for(spec: JobSpec, rank: int) -> Placement:

@@ -25,7 +25,7 @@ from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain.job_files import JobFiles
-from app.domain.job_log import append_line
+from app.domain.job_log import append_line, cap_log
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import utcnow
 from app.schemas.job_spec import JobSpec
@@ -147,6 +147,7 @@ def supervise(settings: Settings, run: Attempt) -> None:
         now = time.monotonic()
         if now >= next_beat:
             next_beat = now + settings.heartbeat_seconds
+            cap_log(JobFiles(run.workdir).log, settings.max_log_bytes)  # the newest half stays
             if not _keep_lease(settings, run, now):
                 break
         if now >= run.deadline:

@@ -3,12 +3,16 @@
 A checkpoint is a directory `epoch-NNNN`: the back-end's model and optimizer files, the loop's
 state as JSON (epoch, rate, callback states) and callbacks' arrays (best weights) as .npz. It
 is written under a temporary name and renamed, and `latest` is replaced atomically, so a kill at
-any moment leaves the previous checkpoint intact (RELIABILITY.md P32).
+any moment leaves the previous checkpoint intact (RELIABILITY.md P32). Every file, the new
+directory and its parent are fsynced before `latest` moves, so a power cut cannot leave `latest`
+naming files still in the page cache; a manifest of sizes lets a torn one be recognized, and
+restoring falls back to the newest checkpoint that is whole.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -20,7 +24,9 @@ from app.domain.states import StopReason
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, CallbackList, Logs, TrainState
 
+log = logging.getLogger(__name__)
 LOOP_STATE = "loop.json"
+MANIFEST = "manifest.json"  # written last: each file's size, so a torn checkpoint is seen
 
 
 class Checkpointer(Callback):
@@ -57,8 +63,10 @@ class Checkpointer(Callback):
         for cb in self.callbacks:
             cb.save_arrays(tmp)
         (tmp / LOOP_STATE).write_text(json.dumps(self._loop_state(state)))
+        _seal(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
+        _fsync_dir(self.root)
         _write_atomic(latest_pointer(self.root), final.name)
         self.saved_epoch = state.epoch
         self._prune(keep_name=final.name)
@@ -74,11 +82,19 @@ class Checkpointer(Callback):
         }
 
     def restore(self, state: TrainState) -> bool:
-        """Load the latest checkpoint into the back-end, callbacks and state; False if none."""
-        latest = latest_checkpoint(self.root)
-        if latest is None:
-            return False
-        self.backend.load_checkpoint(latest)
+        """Load the newest whole checkpoint into the back-end, callbacks and state; False if
+        none (one that fails to load is skipped for the one before it)."""
+        for candidate in whole_checkpoints(self.root):
+            try:
+                self.backend.load_checkpoint(candidate)
+            except Exception:  # torn in a way the sizes did not show: the one before it
+                log.warning("checkpoint %s does not load; trying an older one", candidate)
+                continue
+            self._load_state(candidate, state)
+            return True
+        return False
+
+    def _load_state(self, latest: Path, state: TrainState) -> None:
         saved = json.loads((latest / LOOP_STATE).read_text())
         state.epoch, state.global_step = saved["epoch"], saved["global_step"]
         state.learning_rate = saved["learning_rate"]
@@ -87,7 +103,6 @@ class Checkpointer(Callback):
             cb.load_state_dict(saved["callbacks"].get(cb.state_key, {}))
             cb.load_arrays(latest)
         self.saved_epoch = state.epoch
-        return True
 
     def _prune(self, keep_name: str) -> None:
         done = sorted(p for p in self.root.glob("epoch-*") if p.name != keep_name)
@@ -100,12 +115,32 @@ def _stopped_badly(state: TrainState) -> bool:
 
 
 def latest_checkpoint(root: Path) -> Path | None:
-    """The directory `latest` names, if it is complete."""
+    """The newest whole checkpoint: the one `latest` names, else the newest one before it."""
+    return next(iter(whole_checkpoints(root)), None)
+
+
+def whole_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoints, newest first: the one `latest` names, then the older ones."""
     pointer = latest_pointer(root)
-    if not pointer.exists():
-        return None
-    path = root / pointer.read_text().strip()
-    return path if (path / LOOP_STATE).exists() else None
+    named = root / pointer.read_text().strip() if pointer.exists() else None
+    older = sorted(root.glob("epoch-*"), reverse=True) if root.is_dir() else []
+    ordered = [named] if named is not None else []
+    ordered += [p for p in older if p != named and (named is None or p.name < named.name)]
+    return [path for path in ordered if _is_whole(path)]
+
+
+def _is_whole(path: Path) -> bool:
+    """Every file the manifest lists is there at its size, and the loop state parses."""
+    try:
+        manifest = path / MANIFEST
+        if manifest.exists():  # checkpoints written before manifests existed have none
+            sizes = json.loads(manifest.read_text())
+            if any((path / name).stat().st_size != size for name, size in sizes.items()):
+                return False
+        json.loads((path / LOOP_STATE).read_text())["epoch"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def latest_epoch(root: Path) -> int:
@@ -113,7 +148,39 @@ def latest_epoch(root: Path) -> int:
     return json.loads((path / LOOP_STATE).read_text())["epoch"] if path else 0
 
 
+def _seal(directory: Path) -> None:
+    """fsync every file under `directory`, write the manifest of their sizes, fsync the dirs."""
+    sizes = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        _fsync_file(path)
+        sizes[str(path.relative_to(directory))] = path.stat().st_size
+    (directory / MANIFEST).write_text(json.dumps(sizes))
+    _fsync_file(directory / MANIFEST)
+    for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
+        _fsync_dir(sub)
+    _fsync_dir(directory)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(text)
+    _fsync_file(tmp)
     os.replace(tmp, path)
+    _fsync_dir(path.parent)

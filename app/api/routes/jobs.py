@@ -1,4 +1,4 @@
-"""Jobs: submit, list, read, metrics, cancel."""
+"""Jobs: submit, list, read, metrics, cancel, delete."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from app.api.deps import (
     owner_filter,
 )
 from app.core.config import get_settings
-from app.domain import crud, epoch_rows
-from app.domain.states import JobStatus
-from app.domain.tables import Job
+from app.domain import crud, epoch_rows, retention
+from app.domain.states import JobStatus, SweepStatus
+from app.domain.tables import Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricRow, MetricsPublic
 from app.schemas.job_spec import JobSpec
 from app.services import sweeps
@@ -164,3 +164,20 @@ def cancel_job(session: SessionDep, job: JobDep) -> JobPublic:
     if job.sweep_id and job.status == JobStatus.cancelled:  # a queued trial ended at once
         sweeps.trial_ended(job.sweep_id)
     return public(session, job)
+
+
+@router.delete(
+    "/{job_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={409: {"description": "the job has not ended, or its sweep is still running"}},
+)
+def delete_job(session: SessionDep, job: JobDep) -> Response:
+    """Delete a finished job: its rows, events and files (409 until it has ended)."""
+    job_id, sweep = job.id, session.get(Sweep, job.sweep_id) if job.sweep_id else None
+    if sweep is not None and sweep.status == SweepStatus.running:
+        raise HTTPException(409, f"job {job_id} is a trial of sweep {sweep.id}, still running")
+    if not retention.delete_job_rows(session, job_id):  # conditional: only a finished job
+        raise HTTPException(409, f"job {job_id} is {job.status}; cancel it and let it end first")
+    session.commit()
+    retention.remove_job_files(get_settings().resolved_artifacts_dir, job_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

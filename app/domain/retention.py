@@ -1,0 +1,70 @@
+"""Deleting finished jobs and pruning what they keep: rows first, then files.
+
+A job's rows go in one conditional DELETE (only a finished job; its transitions and epoch rows
+follow by ON DELETE CASCADE), its directory after the commit: a crash between the two leaves
+an orphan directory, never rows that point at missing files.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from app.domain.job_files import JobFiles
+from app.domain.states import TERMINAL
+from app.domain.tables import Job, utcnow
+
+BATCH = 500  # jobs looked at per retention round and query
+
+
+def delete_job_rows(session: Session, job_id: str) -> bool:
+    """The job and its rows, if it is finished (the caller commits); False otherwise."""
+    gone = session.execute(delete(Job).where(Job.id == job_id, Job.status.in_(TERMINAL)))
+    return bool(gone.rowcount)
+
+
+def remove_job_files(artifacts_dir: Path, job_id: str) -> None:
+    """The job's directory under EPOCHAL_ARTIFACTS_DIR, whatever it holds."""
+    shutil.rmtree(JobFiles.of(artifacts_dir, job_id).root, ignore_errors=True)
+
+
+def prune_checkpoints(artifacts_dir: Path, job_id: str) -> bool:
+    """Drop a finished job's checkpoints (its model stays); True if there were any."""
+    checkpoints = JobFiles.of(artifacts_dir, job_id).checkpoints
+    if not checkpoints.exists():
+        return False
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    return True
+
+
+def finished_before(session: Session, days: float, after_id: str = "") -> Sequence[str]:
+    """Ids of jobs that ended more than `days` ago, in id order from after_id (a page)."""
+    cutoff = utcnow() - timedelta(days=days)
+    query = (
+        select(Job.id)
+        .where(Job.status.in_(TERMINAL), Job.finished_at < cutoff, Job.id > after_id)
+        .order_by(Job.id)
+        .limit(BATCH)
+    )
+    return session.scalars(query).all()
+
+
+def apply_retention(session: Session, artifacts_dir: Path, days: float, delete_jobs: bool) -> int:
+    """Prune (or delete) every job finished more than `days` ago; how many were touched."""
+    touched, after = 0, ""
+    while ids := finished_before(session, days, after):
+        after = ids[-1]
+        for job_id in ids:
+            if delete_jobs:
+                if delete_job_rows(session, job_id):
+                    session.commit()
+                    remove_job_files(artifacts_dir, job_id)
+                    touched += 1
+            else:
+                touched += prune_checkpoints(artifacts_dir, job_id)
+    return touched
