@@ -5,8 +5,10 @@ outcome file per attempt, exit codes), and which failure codes a new attempt cou
 Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them all):
 - retried within max_restarts: worker_lost (lease expired / supervisor gone), infrastructure
   (database or disk trouble), child_killed (the training process died of a signal nobody sent
-  it), child_crashed (it exited without reporting, e.g. an import error on this worker);
-- final: non_finite_loss, invalid_data, invalid_config, out_of_memory, timeout,
+  it, with no sign of the OOM killer: worker.supervisor.oom), child_crashed (it exited
+  without reporting, e.g. an import error on this worker);
+- final: non_finite_loss, invalid_data, invalid_config, out_of_memory (also a SIGKILL with the
+  OOM killer's evidence), timeout,
   queue_timeout, internal_error (an unexpected exception: a retry would meet it again);
 - worker_shutdown: its worker was shutting down and stopped the attempt at a step boundary,
   after a checkpoint; it is nobody's failure, so max_restarts does not bound it.

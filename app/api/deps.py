@@ -16,9 +16,11 @@ from sqlalchemy.orm import Session
 
 from app.core.db import DB_SLOTS, session_factory
 from app.domain import crud, datasets
+from app.domain.admission import admission_errors, sweep_admission_errors
 from app.domain.keys import verify
 from app.domain.tables import ApiKey, Job
 from app.schemas.job_spec import JobSpec
+from app.schemas.sweep import SweepSpec
 
 bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 
@@ -116,3 +118,14 @@ def check_job_dataset(session: Session, key: ApiKey, spec: JobSpec) -> None:
         raise RequestValidationError(
             [{"loc": ("body", "dataset", "id"), "msg": problem, "type": "value_error"}]
         )
+
+
+def check_job_fits(session: Session, spec: JobSpec | SweepSpec) -> None:
+    """422 naming the fields when a job's estimated memory or disk exceeds any worker's
+    (for a sweep: its base, and each parameter's ends on it)."""
+    if isinstance(spec, SweepSpec):
+        errors = sweep_admission_errors(session, spec)
+    else:
+        errors = admission_errors(session, spec)
+    if errors:
+        raise RequestValidationError(errors)

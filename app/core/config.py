@@ -63,13 +63,30 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1024)
     max_upload_bytes: int = Field(200_000_000, ge=1024, le=2**31 - 1)  # dataset.size_bytes is int4
     max_upload_array_bytes: int = Field(
-        1_000_000_000, ge=1024, description="Arrays of one upload once decompressed, in memory."
+        1_000_000_000,
+        ge=1024,
+        le=2_000_000_000,  # dataset.size_bytes (what is stored) is int4 too
+        description="Arrays of one upload as stored (x as float32 or uint8), CSV too.",
+    )
+    max_storage_bytes_per_key: int | None = Field(
+        None, ge=1024, description="Stored uploads one key may keep in all (unset: no quota)."
+    )
+
+    max_job_memory_bytes: int | None = Field(
+        None,
+        ge=2**20,
+        description="Refuse a job whose estimated peak host memory exceeds this (default: "
+        "the largest live worker's memory, else this host's).",
     )
 
     max_active_jobs_per_key: int = Field(
         50, ge=0, description="Queued + running jobs one key may have (0: no limit)."
     )
     api_key_file: Path | None = Field(None, description="Where `epochal up` puts the admin key.")
+
+    metrics_token: str | None = Field(
+        None, min_length=16, description="When set, /metrics needs Authorization: Bearer <it>."
+    )
 
     # Retention: nothing is removed unless asked.
     retention_days: float | None = Field(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.states import ACTIVE, JobStatus
@@ -62,3 +62,11 @@ def problem_for_spec(session: Session, spec: JobSpec, key: ApiKey) -> str | None
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def stored_bytes(session: Session, owner_id: str) -> int:
+    """What this key's uploads take on disk, in all (its storage quota counts it)."""
+    query = select(func.coalesce(func.sum(Dataset.size_bytes), 0)).where(
+        Dataset.owner_id == owner_id
+    )
+    return int(session.scalar(query) or 0)

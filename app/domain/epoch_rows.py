@@ -11,6 +11,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from app.domain.epoch_stats import count_epoch
 from app.domain.states import ACTIVE
 from app.domain.tables import METRIC_FIELDS, EpochMetric, Job, utcnow
 
@@ -52,6 +53,7 @@ def record_epoch(
         set_={key: statement.excluded[key] for key in row if key not in ("job_id", "epoch")},
     )
     session.execute(statement)
+    count_epoch(session, job_id, values["epoch_seconds"])  # /metrics reads these totals
     return True
 
 

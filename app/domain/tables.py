@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     DateTime,
     Float,
     ForeignKey,
@@ -197,6 +198,17 @@ class Dataset(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class EpochStat(Base):
+    """Finished epochs per framework and duration bucket (app.domain.epoch_stats keeps them)."""
+
+    __tablename__ = "epoch_stat"
+
+    framework: Mapped[str] = mapped_column(String(16), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    epochs: Mapped[int] = mapped_column(BigInteger)
+    seconds_sum: Mapped[float] = mapped_column(Float)
+
+
 class Worker(Base):
     """A live Celery worker as its heartbeats describe it."""
 
@@ -211,6 +223,9 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
     current_job_id: Mapped[str | None] = mapped_column(String(36))
+    # What the worker can give one job (admission compares a job's estimated cost with these).
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    disk_free_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 METRIC_FIELDS = (

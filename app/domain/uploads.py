@@ -71,8 +71,8 @@ def sniff_format(file: BinaryIO, filename: str) -> str:
     raise UploadError(422, "the file is neither an .npz archive (numpy.savez) nor a .csv file")
 
 
-def _declared_bytes(archive: zipfile.ZipFile, member: str) -> int:
-    """Bytes the .npy header promises, read before any array is allocated (no zip bombs)."""
+def _declared(archive: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype the .npy header promises, read before any array is allocated."""
     with archive.open(member) as f:
         version = np.lib.format.read_magic(f)
         reader = HEADER_READERS.get(version)
@@ -83,42 +83,76 @@ def _declared_bytes(archive: zipfile.ZipFile, member: str) -> int:
         raise UploadError(
             422, f"{member} holds Python objects, which need pickle; upload numeric arrays only"
         )
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return tuple(int(n) for n in shape), dtype
 
 
-def read_npz(file: BinaryIO, max_array_bytes: int) -> Arrays:
-    """The arrays x, y[, x_test, y_test] of an .npz, loaded with allow_pickle=False."""
+def stored_itemsize(name: str, dtype: np.dtype, task: str) -> int:
+    """Bytes per value once stored: x as uint8 or float32, y as int64 classes or float32."""
+    if name.startswith("x"):
+        return 1 if dtype == np.uint8 else 4
+    return 4 if task == "regression" else 8
+
+
+def _members(archive: zipfile.ZipFile) -> list[str]:
+    """The archive's .npy members, checked to be x, y[, x_test, y_test]."""
+    members = [i.filename for i in archive.infolist()]
+    names = [m.removesuffix(".npy") for m in members]
+    unknown = sorted(set(names) - set(ARRAYS))
+    if unknown or len(set(names)) != len(members) or not all(m.endswith(".npy") for m in members):
+        raise UploadError(
+            422,
+            f"unexpected entries {unknown or members}; an upload holds the arrays "
+            "x and y, and optionally x_test and y_test",
+        )
+    for required in ("x", "y"):
+        if required not in names:
+            raise UploadError(422, f"the archive has no array {required!r}")
+    if ("x_test" in names) != ("y_test" in names):
+        raise UploadError(422, "x_test and y_test come together: give both or neither")
+    return members
+
+
+def npz_stored_bytes(file: BinaryIO, task: str) -> int:
+    """Bytes the arrays will take once converted and stored, from the .npy headers alone
+    (so a small compressed file that would expand to gigabytes is refused before loading)."""
+    file.seek(0)
     try:
         archive = zipfile.ZipFile(file)
     except (zipfile.BadZipFile, OSError) as exc:
         raise UploadError(422, f"not a readable .npz (zip) archive: {exc}") from exc
     with archive:
-        members = [i.filename for i in archive.infolist()]
-        names = [m.removesuffix(".npy") for m in members]
-        unknown = sorted(set(names) - set(ARRAYS))
-        if (
-            unknown
-            or len(set(names)) != len(members)
-            or not all(m.endswith(".npy") for m in members)
-        ):
-            raise UploadError(
-                422,
-                f"unexpected entries {unknown or members}; an upload holds the arrays "
-                "x and y, and optionally x_test and y_test",
-            )
-        for required in ("x", "y"):
-            if required not in names:
-                raise UploadError(422, f"the archive has no array {required!r}")
-        if ("x_test" in names) != ("y_test" in names):
-            raise UploadError(422, "x_test and y_test come together: give both or neither")
+        members = _members(archive)
         try:
-            total = sum(_declared_bytes(archive, m) for m in members)
+            declared = {m.removesuffix(".npy"): _declared(archive, m) for m in members}
         except (ValueError, OSError, zipfile.BadZipFile) as exc:
             raise UploadError(422, f"not a valid .npz archive: {exc}") from exc
-    if total > max_array_bytes:
-        raise UploadError(
-            413, f"the arrays take {total} bytes in memory; the limit is {max_array_bytes}"
-        )
+    return sum(
+        int(np.prod(shape, dtype=np.int64)) * stored_itemsize(name, dtype, task)
+        for name, (shape, dtype) in declared.items()
+    )
+
+
+def csv_stored_bytes(file: BinaryIO) -> int:
+    """An upper bound on the stored arrays of a CSV (rows x columns as float32, y as int64),
+    counted by streaming the file before it is parsed."""
+    file.seek(0)
+    header = file.readline()
+    columns, rows, last = header.count(b",") + 1, 0, b"\n"
+    while chunk := file.read(1 << 20):
+        rows += chunk.count(b"\n")
+        last = chunk
+    if rows == 0 or not last.endswith(b"\n"):
+        rows += 1  # the last row needs no newline
+    file.seek(0)
+    return rows * (columns * 4 + 8)
+
+
+def read_npz(file: BinaryIO) -> Arrays:
+    """The arrays x, y[, x_test, y_test] of an .npz, loaded with allow_pickle=False (check
+    npz_stored_bytes against the limits first)."""
+    file.seek(0)
+    with zipfile.ZipFile(file) as archive:
+        names = [m.removesuffix(".npy") for m in _members(archive)]
     return _load_arrays(file, names)
 
 

@@ -2,7 +2,8 @@
 
 The database is what every API and worker process shares, so computing these when Prometheus
 asks gives the same honest answer from any API process, with no counters to keep in sync.
-The epoch-duration histogram is one aggregate query over the metrics rows (no per-row transfer).
+Epoch counts and durations come from running totals (app.domain.epoch_stats), a few rows
+whatever the history: a scrape never scans epoch_metric.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.core.db import session_factory
+from app.domain.epoch_stats import EPOCH_BUCKETS, UNTIMED, totals
 from app.domain.states import JobStatus
-from app.domain.tables import EpochMetric, Job, Worker, utcnow
+from app.domain.tables import Job, Worker, utcnow
 
 FRAMEWORKS = ("pytorch", "tensorflow")
-EPOCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
 
 class DatabaseCollector(Collector):
@@ -68,25 +69,24 @@ def _queue(session: Session) -> Iterable[Metric]:
 
 
 def _epochs(session: Session) -> Iterable[Metric]:
-    seconds = EpochMetric.epoch_seconds
-    buckets = [func.sum(case((seconds <= bound, 1), else_=0)) for bound in EPOCH_BUCKETS]
-    query = (
-        select(Job.framework, func.count(), func.count(seconds), func.sum(seconds), *buckets)
-        .join(Job, Job.id == EpochMetric.job_id)
-        .group_by(Job.framework)
-    )
     finished = CounterMetricFamily(
         "epochal_epochs_finished", "Epochs finished (metrics rows recorded).", labels=["framework"]
     )
     durations = HistogramMetricFamily(
         "epochal_epoch_duration_seconds", "Wall time of one epoch.", labels=["framework"]
     )
-    rows = {row[0]: row[1:] for row in session.execute(query)}
-    for framework in sorted(set(FRAMEWORKS) | set(rows)):
-        total, timed, summed, *cumulative = rows.get(framework, (0, 0, 0.0, *[0] * 12))
+    stats = totals(session)
+    for framework in sorted(set(FRAMEWORKS) | set(stats)):
+        buckets = stats.get(framework, {})
+        total = sum(epochs for epochs, _ in buckets.values())
+        timed = total - buckets.get(UNTIMED, (0, 0.0))[0]
+        summed = sum(seconds for _, seconds in buckets.values())
+        pairs, running = [], 0
+        for index, bound in enumerate(EPOCH_BUCKETS):
+            running += buckets.get(index, (0, 0.0))[0]
+            pairs.append((str(bound), running))
         finished.add_metric([framework], total)
-        pairs = [(str(b), int(c or 0)) for b, c in zip(EPOCH_BUCKETS, cumulative, strict=True)]
-        durations.add_metric([framework], [*pairs, ("+Inf", timed)], float(summed or 0.0))
+        durations.add_metric([framework], [*pairs, ("+Inf", timed)], summed)
     return finished, durations
 
 

@@ -24,7 +24,7 @@ class DatasetPublic(BaseModel):
     )
     test_samples: int | None = Field(description="samples of x_test, if given")
     classes: int | None = Field(description="max label + 1 (classification only)")
-    size_bytes: int = Field(description="size of the uploaded file")
+    size_bytes: int = Field(description="size of the stored arrays (what the quota counts)")
     checksum: str = Field(description="sha256 of the uploaded file")
     created_at: datetime
 
@@ -74,6 +74,8 @@ class WorkerPublic(BaseModel):
     )
     started_at: datetime
     heartbeat_at: datetime
+    memory_bytes: int | None = Field(None, description="host memory one job may use")
+    disk_free_bytes: int | None = Field(None, description="free disk of its artifacts dir")
 
 
 class WorkersPublic(BaseModel):

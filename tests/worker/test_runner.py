@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from app.domain.job_files import JobFiles
 from app.domain.states import JobStatus
 from app.domain.tables import Job
 from app.schemas.job_spec import JobSpec
-from tests.helpers import ROOT, clear_caches, free_port, scaled
+from tests.helpers import ROOT, clear_caches, free_port, scaled, wait_until
 from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv
+from worker.supervisor.oom import MemoryWatch, memory_available, peak_rss
 from worker.supervisor.runner import Attempt, outcome_of, record, record_end, supervise
 
 STUBBORN = (
@@ -212,3 +214,48 @@ def test_child_whose_supervisor_already_died_exits_at_once(tmp_path: Path) -> No
         timeout=scaled(60),
     )
     assert done.returncode == 75, done.stderr.decode()
+
+
+HOLDER = (
+    "import time\n"
+    "held = bytearray(64 * 2**20)\n"  # zero-filled: every page resident
+    "print('ready', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def killed_from_outside(settings: Settings, available: int) -> Outcome:
+    """Supervise a child holding 64 MiB on a box with `available` bytes free, SIGKILL it from
+    outside once the supervisor has sampled its memory (as the kernel would), and judge."""
+    run = attempt_of(running_job(), settings, HOLDER)
+    run.memory.available_at_start = available
+    watcher = threading.Thread(target=supervise, args=(settings, run))
+    watcher.start()
+    wait_until(lambda: run.memory.peak_rss >= 64 * 2**20, 30, "the child's peak RSS sampled")
+    os.kill(run.process.pid, signal.SIGKILL)
+    watcher.join()
+    return outcome_of(run)
+
+
+def test_a_sigkill_near_the_memory_limit_is_out_of_memory_and_final(settings: Settings) -> None:
+    outcome = killed_from_outside(settings, available=80 * 2**20)
+    assert (outcome.error_code, outcome.retryable) == ("out_of_memory", False)
+    assert "out-of-memory killer" in (outcome.error or "")
+
+
+def test_a_sigkill_far_from_the_limit_stays_a_retryable_kill(settings: Settings) -> None:
+    outcome = killed_from_outside(settings, available=64 * 2**30)
+    assert (outcome.error_code, outcome.retryable) == ("child_killed", True)
+
+
+def test_the_supervisors_own_sigkill_is_never_taken_for_oom(settings: Settings) -> None:
+    run = attempt_of(running_job(), settings, HOLDER)
+    run.memory = MemoryWatch(oom_kills_at_start=None, available_at_start=1, peak_rss=2**30)
+    run.killed_at = 1.0  # as _escalate records the SIGKILL it sent
+    os.kill(run.process.pid, signal.SIGKILL)
+    run.process.wait()
+    assert outcome_of(run).error_code == "child_killed"
+
+
+def test_this_host_reports_available_and_peak_memory() -> None:
+    assert (memory_available() or 0) > 2**20 and (peak_rss(os.getpid()) or 0) > 2**20

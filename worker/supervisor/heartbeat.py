@@ -18,6 +18,7 @@ from sqlalchemy import delete, update
 
 from app.core.config import Settings, get_settings
 from app.core.db import session_scope
+from app.domain.cost import host_memory_bytes
 from app.domain.tables import Worker, utcnow
 from app.services.queue import queue_for_gpus
 
@@ -69,12 +70,23 @@ def worker_name(settings: Settings) -> str:
     return settings.worker_name or f"epochal@{socket.gethostname()}-{os.getpid()}"
 
 
+def disk_free_bytes() -> int | None:
+    """Free space where this worker writes checkpoints and models."""
+    folder = get_settings().resolved_artifacts_dir
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
 def register(name: str, devices: list[dict[str, Any]]) -> None:
     """Insert this worker's row, or take over a row a dead worker of the same name left."""
     with session_scope() as session:
         row = session.get(Worker, name) or Worker(name=name)
         row.hostname, row.pid, row.gpus = socket.gethostname(), os.getpid(), len(devices)
         row.devices, row.queues = devices, queues_for(len(devices))
+        row.memory_bytes, row.disk_free_bytes = host_memory_bytes(), disk_free_bytes()
         # A restarted worker is idle whatever its predecessor was doing when it died.
         row.current_job_id, row.started_at, row.heartbeat_at = None, utcnow(), utcnow()
         session.add(row)
@@ -84,7 +96,9 @@ def beat(name: str, devices: list[dict[str, Any]]) -> None:
     """Refresh this worker's row (or register it again if someone removed it)."""
     with session_scope() as session:
         refreshed = session.execute(
-            update(Worker).where(Worker.name == name).values(heartbeat_at=utcnow())
+            update(Worker)
+            .where(Worker.name == name)
+            .values(heartbeat_at=utcnow(), disk_free_bytes=disk_free_bytes())
         ).rowcount
     if not refreshed:
         register(name, devices)

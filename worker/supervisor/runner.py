@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -42,6 +42,7 @@ from worker.protocol import (
 )
 from worker.supervisor import shutdown
 from worker.supervisor.heartbeat import set_current_job
+from worker.supervisor.oom import MemoryWatch
 from worker.supervisor.standby import POOL, warm_up
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Attempt:
     terminated_at: float | None = None
     killed_at: float | None = None
     lost: bool = False
+    memory: MemoryWatch = field(default_factory=MemoryWatch)  # for an OOM verdict at the end
 
 
 def run_job(job_id: str, worker_name: str) -> None:
@@ -153,6 +155,7 @@ def supervise(settings: Settings, run: Attempt) -> None:
         elif shutdown.requested():
             _request_stop(run, StopReason.shutdown)
         _escalate(settings, run, now)
+        run.memory.sample(run.process.pid)
         try:  # wakes as soon as the child exits, not at the next poll
             run.process.wait(timeout=POLL_SECONDS)
         except subprocess.TimeoutExpired:
@@ -245,6 +248,8 @@ def outcome_of(run: Attempt) -> Outcome:
             error_code=None if cancelled else ErrorCode.timeout,
             error=f"the training process did not stop in time and was ended ({how})",
         )
+    if code == -signal.SIGKILL and run.killed_at is None and run.memory.killed_by_oom():
+        return run.memory.outcome()  # a SIGKILL we did not send, near the memory limit
     if code < 0:
         return Outcome.failure(
             ErrorCode.child_killed, f"the training process died ({how}); see the log"

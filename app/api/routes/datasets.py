@@ -30,18 +30,50 @@ def _default_name(filename: str | None) -> str:
     return re.sub(r"[^\w.\- ]", "_", stem)[:128] or "upload"
 
 
-def _read(file: UploadFile, size: int, label_column: str | None) -> tuple[str, uploads.Arrays]:
+def _read(
+    session: SessionDep, key: CurrentKey, file: UploadFile, size: int, form: tuple[str, str | None]
+) -> tuple[str, uploads.Arrays]:
+    """Check the upload's cost from its headers (limits, quota), then parse it."""
     settings = get_settings()
+    task, label_column = form
     if size > settings.max_upload_bytes:  # the body limit catches it first; in depth
         raise uploads.UploadError(413, f"the file is over {settings.max_upload_bytes} bytes")
     fmt = uploads.sniff_format(file.file, file.filename or "")
-    if fmt == "npz":
-        if label_column is not None:
-            raise uploads.UploadError(422, "label_column applies to CSV uploads only")
-        return fmt, uploads.read_npz(file.file, settings.max_upload_array_bytes)
-    if not label_column:
+    if fmt == "npz" and label_column is not None:
+        raise uploads.UploadError(422, "label_column applies to CSV uploads only")
+    if fmt == "csv" and not label_column:
         raise uploads.UploadError(422, "a CSV upload needs label_column: the column holding y")
+    if fmt == "npz":
+        planned = uploads.npz_stored_bytes(file.file, task)
+    else:
+        planned = uploads.csv_stored_bytes(file.file)
+    _check_cost(session, key, planned)
+    if fmt == "npz":
+        return fmt, uploads.read_npz(file.file)
+    assert label_column is not None
     return fmt, uploads.read_csv(file.file, label_column)
+
+
+def _check_cost(session: SessionDep, key: CurrentKey, planned: int) -> None:
+    """413 over the per-upload array limit, 507 over the key's storage quota (both named)."""
+    settings = get_settings()
+    limit = settings.max_upload_array_bytes
+    if planned > limit:
+        raise uploads.UploadError(
+            413,
+            f"the arrays take {planned} bytes once stored (x as float32 unless uint8); the "
+            f"limit is {limit} (EPOCHAL_MAX_UPLOAD_ARRAY_BYTES)",
+        )
+    quota = settings.max_storage_bytes_per_key
+    if quota is not None:
+        used = datasets.stored_bytes(session, key.id)
+        session.rollback()  # end the read: no transaction stays open while the file is parsed
+        if used + planned > quota:
+            raise uploads.UploadError(
+                507,
+                f"this key stores {used} bytes of uploads and this one needs {planned}; the "
+                f"quota is {quota} (EPOCHAL_MAX_STORAGE_BYTES_PER_KEY); delete an upload first",
+            )
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=DatasetPublic)
@@ -56,7 +88,7 @@ def create_dataset(
     """Upload a data set; it is validated, then stored as .npz under the data dir."""
     checksum, size = uploads.sha256_and_size(file.file)
     try:
-        fmt, raw = _read(file, size, label_column)
+        fmt, raw = _read(session, key, file, size, (task, label_column))
         arrays, summary = uploads.validate(raw, task)
     except uploads.UploadError as exc:
         raise HTTPException(exc.status, exc.detail) from exc
@@ -66,11 +98,12 @@ def create_dataset(
         owner_id=key.id,
         format=fmt,
         task=task,
-        size_bytes=size,
+        size_bytes=0,
         checksum=checksum,
         **vars(summary),
     )
     path = uploads.store(arrays, get_settings().resolved_data_dir, row.id)
+    row.size_bytes = path.stat().st_size  # what it costs is what is stored, not what was sent
     try:
         session.add(row)
         session.commit()

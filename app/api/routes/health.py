@@ -1,4 +1,4 @@
-"""Liveness and readiness (no authentication)."""
+"""Liveness and readiness (no authentication; readiness is bounded by app.api.probes)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from app.api.deps import SessionDep
+from app.api.probes import bounded
+from app.core.db import session_factory
 from app.services.queue import broker_reachable
 
 router = APIRouter(tags=["health"])
@@ -18,16 +19,22 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", response_model=None)
-def readyz(session: SessionDep) -> dict[str, str] | JSONResponse:
-    """The database and the broker are reachable."""
+def _checks() -> dict[str, str]:
     checks = {"database": "ok", "broker": "ok"}
     try:
-        session.execute(text("SELECT 1"))
+        with session_factory()() as session:
+            session.execute(text("SELECT 1"))
     except Exception:
         checks["database"] = "unreachable"
     if not broker_reachable():
         checks["broker"] = "unreachable"
+    return checks
+
+
+@router.get("/readyz", response_model=None)
+async def readyz() -> dict[str, str] | JSONResponse:
+    """The database and the broker are reachable."""
+    checks = await bounded(_checks)
     if any(v != "ok" for v in checks.values()):
         return JSONResponse(status_code=503, content={"status": "unavailable", **checks})
     return {"status": "ok", **checks}

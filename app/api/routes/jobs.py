@@ -8,7 +8,14 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from sqlalchemy.exc import IntegrityError
 
-from app.api.deps import CurrentKey, JobDep, SessionDep, check_job_dataset, owner_filter
+from app.api.deps import (
+    CurrentKey,
+    JobDep,
+    SessionDep,
+    check_job_dataset,
+    check_job_fits,
+    owner_filter,
+)
 from app.core.config import get_settings
 from app.domain import crud, epoch_rows, retention
 from app.domain.states import JobStatus, SweepStatus
@@ -80,6 +87,7 @@ def create_job(
         return public(session, earlier)
     _check_quota(session, key)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
+    check_job_fits(session, spec)  # and the job must fit in a worker's memory and disk
     try:
         job = crud.create_job(
             session,

@@ -1,19 +1,26 @@
-"""Prometheus metrics (no authentication, like /healthz: nothing here names a user or a job)."""
+"""Prometheus metrics: nothing here names a user or a job; EPOCHAL_METRICS_TOKEN, when set,
+is required as `Authorization: Bearer <token>`; concurrent scrapes are bounded (app.api.probes)."""
 
 from __future__ import annotations
 
+import hmac
 import os
+from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, HTTPException, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from app.api.probes import bounded
+from app.core.config import get_settings
 from app.observability.db_collector import DatabaseCollector
 from app.observability.telemetry import LOCAL
 
 router = APIRouter(tags=["health"])
 DATABASE = CollectorRegistry(auto_describe=False)
 DATABASE.register(DatabaseCollector())
+scraper = HTTPBearer(auto_error=False, description="EPOCHAL_METRICS_TOKEN, when set")
 
 
 def _process_registry() -> CollectorRegistry:
@@ -25,8 +32,27 @@ def _process_registry() -> CollectorRegistry:
     return LOCAL
 
 
-@router.get("/metrics", response_class=Response)
-def read_metrics() -> Response:
+def check_token(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(scraper)],
+) -> None:
+    """401 unless the scraper shows EPOCHAL_METRICS_TOKEN (when one is set)."""
+    token = get_settings().metrics_token
+    if token is None:
+        return
+    given = credentials.credentials if credentials else ""
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise HTTPException(
+            401,
+            "this server's /metrics needs Authorization: Bearer <EPOCHAL_METRICS_TOKEN>",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def _scrape() -> bytes:
+    return generate_latest(_process_registry()) + generate_latest(DATABASE)
+
+
+@router.get("/metrics", response_class=Response, dependencies=[Depends(check_token)])
+async def read_metrics() -> Response:
     """Prometheus text format: jobs, queue, epochs, workers (from the DB) and request latency."""
-    body = generate_latest(_process_registry()) + generate_latest(DATABASE)
-    return Response(body, media_type=CONTENT_TYPE_LATEST)
+    return Response(await bounded(_scrape), media_type=CONTENT_TYPE_LATEST)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from fastapi.exceptions import RequestValidationError
 
-from app.api.deps import CurrentKey, SessionDep, check_job_dataset, owner_filter
+from app.api.deps import CurrentKey, SessionDep, check_job_dataset, check_job_fits, owner_filter
 from app.domain import sweeps as rows
 from app.domain.states import TrialState
 from app.domain.sweep_space import space_errors
@@ -115,6 +115,7 @@ def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> Sweep
     if errors:
         raise RequestValidationError(errors)
     check_job_dataset(session, key, spec.base)
+    check_job_fits(session, spec)
     sweep = controller.submit(session, spec, key.id)
     return public(session, sweep)
 

@@ -34,6 +34,8 @@ def read_workers(session: SessionDep, key: CurrentKey) -> WorkersPublic:
             current_job_id=w.current_job_id if w.current_job_id in visible else None,
             started_at=w.started_at,
             heartbeat_at=w.heartbeat_at,
+            memory_bytes=w.memory_bytes,
+            disk_free_bytes=w.disk_free_bytes,
         )
         for w in sorted(rows, key=lambda w: w.name)
     ]

@@ -1,0 +1,121 @@
+"""Admission by cost: a job whose estimated memory or disk exceeds what any worker has is a 422.
+
+The limits are EPOCHAL_MAX_JOB_MEMORY_BYTES and what the largest live worker able to take the
+job advertises in its heartbeat (memory, free artifacts disk); with no live worker reporting,
+this host's memory stands in (the embedded default runs both on one box).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.core.config import get_settings
+from app.domain.cost import (
+    Cost,
+    DataShape,
+    builtin_data,
+    estimate,
+    gigabytes,
+    host_memory_bytes,
+    itemsize_of,
+    memory_fields,
+)
+from app.domain.sweep_space import edge_values, set_path
+from app.domain.tables import Dataset, Worker, utcnow
+from app.schemas.job_spec import JobSpec
+from app.schemas.sweep import SweepSpec
+
+
+def data_of(session: Session, spec: JobSpec) -> DataShape | None:
+    """What the job loads, from the spec or its upload's row (None: unknown upload)."""
+    known = builtin_data(spec)
+    if known is not None or spec.dataset.id is None:
+        return known
+    row = session.get(Dataset, spec.dataset.id)
+    if row is None:
+        return None
+    outputs = row.classes or 1
+    shape = tuple(int(n) for n in row.shape)
+    return DataShape(row.samples, row.test_samples or 0, shape, itemsize_of(row.dtype), outputs)
+
+
+def worker_capacity(session: Session, gpus: int) -> tuple[int | None, int | None]:
+    """Largest memory and free disk among live workers with at least `gpus` GPUs."""
+    horizon = utcnow() - timedelta(seconds=3 * get_settings().heartbeat_seconds)
+    query = select(func.max(Worker.memory_bytes), func.max(Worker.disk_free_bytes)).where(
+        Worker.heartbeat_at >= horizon, Worker.gpus >= gpus
+    )
+    memory, disk = session.execute(query).one()
+    return memory, disk
+
+
+def memory_limit(worker_memory: int | None) -> tuple[int | None, str]:
+    """The memory bound a job must fit in, and where it comes from (for the message)."""
+    setting = get_settings().max_job_memory_bytes
+    if setting is not None and (worker_memory is None or setting <= worker_memory):
+        return setting, "EPOCHAL_MAX_JOB_MEMORY_BYTES"
+    if worker_memory is not None:
+        return worker_memory, "the largest live worker's memory"
+    return host_memory_bytes(), "this host's memory (no live worker reports its own)"
+
+
+def cost_errors(spec: JobSpec, cost: Cost, capacity: tuple[int | None, int | None]) -> list[Any]:
+    """Field errors (RequestValidationError's shape) when the job cannot fit; [] when it can."""
+    worker_memory, worker_disk = capacity
+    limit, source = memory_limit(worker_memory)
+    errors: list[dict[str, Any]] = []
+    if limit is not None and cost.memory_bytes > limit:
+        msg = (
+            f"the job needs an estimated {gigabytes(cost.memory_bytes)} "
+            f"({cost.memory_bytes} bytes) of host memory at its peak; the limit is "
+            f"{gigabytes(limit)} ({limit} bytes, {source}); most of it is the "
+            f"{cost.largest_part()}"
+        )
+        errors += [_error(field, msg) for field in memory_fields(spec, cost)]
+    if worker_disk is not None and cost.disk_bytes > worker_disk:
+        msg = (
+            f"the job's checkpoints and model need an estimated {gigabytes(cost.disk_bytes)} "
+            f"({cost.disk_bytes} bytes) of disk; the largest live worker has "
+            f"{gigabytes(worker_disk)} ({worker_disk} bytes) free"
+        )
+        errors.append(_error("model", msg))
+    return errors
+
+
+def admission_errors(session: Session, spec: JobSpec, where: str = "") -> list[Any]:
+    """Why this job cannot be admitted on cost, as field errors ([] when it fits)."""
+    data = data_of(session, spec)
+    if data is None:
+        return []  # the data-set check answers for a missing upload
+    capacity = worker_capacity(session, spec.resources.gpus)
+    errors = cost_errors(spec, estimate(spec, data), capacity)
+    return (
+        [{**e, "loc": ("body", *where.split("."), *e["loc"][1:])} for e in errors]
+        if where
+        else errors
+    )
+
+
+def sweep_admission_errors(session: Session, sweep: SweepSpec) -> list[Any]:
+    """The base must fit, and so must each parameter's ends (each alone, on the base)."""
+    errors = admission_errors(session, sweep.base, "base")
+    if errors:
+        return errors
+    base = sweep.base.model_dump(mode="json")
+    for path, dist in sweep.parameters.items():
+        for value in edge_values(dist):
+            trial = JobSpec.model_validate_json(json.dumps(set_path(base, path, value)))
+            found = admission_errors(session, trial)
+            if found:
+                msg = f"the value {json.dumps(value)[:80]} makes a job that does not fit: "
+                return [_error(f"parameters.{path}", msg + found[0]["msg"])]
+    return []
+
+
+def _error(field: str, msg: str) -> dict[str, Any]:
+    return {"loc": ("body", *field.split(".")), "msg": msg, "type": "value_error"}

@@ -1,0 +1,170 @@
+"""What a job costs before it runs: peak host memory and disk, from its spec alone (pure).
+
+The estimate follows what the training child really holds at its peak, so an honest spec that
+fits passes and one that cannot fit is refused at the door instead of OOM-ing on a worker:
+- the data set as loaded, in its source dtype, plus the float32 copy the loop trains on
+  (synthetic data is generated in float64, then converted), train and test split together;
+- weights, gradients and optimizer state (adam/adamw keep two moments, sgd with momentum
+  and rmsprop one), all float32;
+- activations of one per-replica batch, forward and backward;
+- a fixed allowance for the framework runtime itself;
+- times the replica count where each replica is its own process (PyTorch DDP); TensorFlow's
+  mirrored strategy shares one process and one copy of the data.
+Disk: the two checkpoints kept (weights and optimizer state), the model file and model.onnx.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.schemas.job_spec import BUILTIN_SHAPES, CNNSpec, JobSpec, MLPSpec, count_parameters
+
+FLOAT32 = 4
+RUNTIME_BYTES = 512 * 2**20  # the framework's own libraries and allocator, per process
+CHECKPOINTS_KEPT = 2
+# (train samples, test samples, bytes per stored value) of the built-in data sets as loaded.
+BUILTIN_SIZES: dict[str, tuple[int, int, int]] = {
+    "fashion_mnist": (60_000, 10_000, 1),
+    "mnist": (60_000, 10_000, 1),
+    "digits": (1_797, 0, 8),
+}
+SYNTHETIC_SAMPLES, SYNTHETIC_FEATURES, SYNTHETIC_TEST_FRACTION = 10_000, 32, 5
+OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1}  # float32 tensors per parameter
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """The data a job loads: samples in both splits, one sample's shape, its stored dtype size."""
+
+    samples: int
+    test_samples: int
+    sample_shape: tuple[int, ...]
+    itemsize: int
+    outputs: int
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A job's estimated peak host memory and disk, with the parts that make them up."""
+
+    data_bytes: int
+    model_bytes: int
+    activation_bytes: int
+    processes: int
+    disk_bytes: int
+
+    @property
+    def memory_bytes(self) -> int:
+        per_process = self.data_bytes + self.model_bytes + self.activation_bytes
+        return per_process * self.processes + RUNTIME_BYTES * self.processes
+
+    def largest_part(self) -> str:
+        """data, model or activations: what to change first to make the job fit."""
+        parts = {
+            "data": self.data_bytes,
+            "model": self.model_bytes,
+            "activations": self.activation_bytes,
+        }
+        return max(parts, key=lambda k: parts[k])
+
+
+def builtin_data(spec: JobSpec) -> DataShape | None:
+    """The data of a built-in or synthetic data set, or None for an upload."""
+    ds = spec.dataset
+    if ds.name == "synthetic":
+        samples = ds.samples or SYNTHETIC_SAMPLES
+        outputs = 1 if spec.task == "regression" else (ds.classes or 10)
+        features = ds.features or SYNTHETIC_FEATURES
+        test = samples // SYNTHETIC_TEST_FRACTION
+        return DataShape(samples, test, (features,), 8, outputs)  # generated in float64
+    if ds.name in BUILTIN_SIZES:
+        train, test, itemsize = BUILTIN_SIZES[ds.name]
+        shape, classes = BUILTIN_SHAPES[ds.name]
+        return DataShape(train, test, shape, itemsize, classes)
+    return None
+
+
+def estimate(spec: JobSpec, data: DataShape) -> Cost:
+    """Peak host memory and disk of the job `spec` over `data`."""
+    values = (data.samples + data.test_samples) * math.prod(data.sample_shape)
+    labels = (data.samples + data.test_samples) * 8  # int64 classes or float targets
+    data_bytes = values * (data.itemsize + FLOAT32) + labels
+    params = count_parameters(spec.model, data.sample_shape, data.outputs)
+    slots = OPTIMIZER_SLOTS.get(spec.optimizer.name, 1 if spec.optimizer.momentum else 0)
+    state = params * slots * FLOAT32
+    model_bytes = 2 * params * FLOAT32 + state  # weights and gradients, then the state
+    replicas = spec.resources.replica_count
+    batch = spec.training.batch_size // replicas
+    activation_bytes = 2 * batch * _activations_per_sample(spec.model, data) * FLOAT32
+    ddp = spec.framework == "pytorch" and replicas > 1
+    if not ddp:  # one process holds every replica's model and batch
+        model_bytes, activation_bytes = model_bytes * replicas, activation_bytes * replicas
+    checkpoint = params * FLOAT32 + state
+    disk = CHECKPOINTS_KEPT * checkpoint + 2 * params * FLOAT32  # + the model and model.onnx
+    return Cost(data_bytes, model_bytes, activation_bytes, replicas if ddp else 1, disk)
+
+
+def _activations_per_sample(model: MLPSpec | CNNSpec, data: DataShape) -> int:
+    """Values one sample produces through the layers (input, each layer's output)."""
+    shape = data.sample_shape
+    if isinstance(model, MLPSpec):
+        widths = [math.prod(shape), *model.hidden_units, data.outputs]
+        return sum(widths) * (2 if model.batch_norm or model.dropout else 1)
+    height, width = (shape + (1, 1))[:2]
+    total = math.prod(shape)
+    for channels in model.conv_channels:
+        total += 2 * height * width * channels  # the conv output and its activation
+        if model.pool != "none":
+            height, width = height // 2, width // 2
+            total += height * width * channels
+    return total + sum(model.dense_units) + data.outputs
+
+
+def memory_fields(spec: JobSpec, cost: Cost) -> list[str]:
+    """The spec fields that drive the memory estimate, most decisive first."""
+    ds = spec.dataset
+    data_fields = (
+        ["dataset.samples", "dataset.features"]
+        if ds.name == "synthetic"
+        else ["dataset.id" if ds.id else "dataset.name"]
+    )
+    by_part = {
+        "data": data_fields,
+        "model": ["model"],
+        "activations": ["training.batch_size"],
+    }
+    fields = by_part[cost.largest_part()]
+    if spec.resources.replica_count > 1:
+        fields.append("resources.replicas")
+    return fields
+
+
+def host_memory_bytes() -> int | None:
+    """Memory this process may use: the cgroup limit where one is set, else physical RAM."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+    limits = [physical]
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits)
+
+
+def gigabytes(n: int) -> str:
+    """Bytes as people read them in an error message."""
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def itemsize_of(dtype: str) -> int:
+    """Bytes per value of a numpy dtype name as stored on a data set row ("uint8", "float64")."""
+    bits = "".join(ch for ch in dtype if ch.isdigit())
+    return max(1, int(bits) // 8) if bits else 1

@@ -1,0 +1,77 @@
+"""The cost estimator (pure): what a job holds at its peak, and which fields drive it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.domain.cost import (
+    RUNTIME_BYTES,
+    DataShape,
+    builtin_data,
+    estimate,
+    itemsize_of,
+    memory_fields,
+)
+from app.schemas.job_spec import JobSpec
+
+REPRO = {
+    "framework": "pytorch",
+    "dataset": {"name": "synthetic", "samples": 2_000_000, "features": 4096},
+    "max_restarts": 10,
+}
+
+
+def spec(**fields: Any) -> JobSpec:
+    return JobSpec.model_validate({"framework": "pytorch", **fields})
+
+
+def test_synthetic_data_counts_its_float64_generation_and_float32_copy() -> None:
+    job = JobSpec.model_validate(REPRO)
+    cost = estimate(job, builtin_data(job))  # type: ignore[arg-type]
+    values = (2_000_000 + 400_000) * 4096  # the test split is an extra fifth
+    assert cost.data_bytes == values * (8 + 4) + 2_400_000 * 8
+    assert cost.memory_bytes > 110e9 and cost.largest_part() == "data"
+    assert memory_fields(job, cost) == ["dataset.samples", "dataset.features"]
+
+
+def test_adam_keeps_two_moments_sgd_none() -> None:
+    data = DataShape(100, 0, (10,), 4, 2)
+    adam = estimate(spec(dataset={"name": "digits"}), data)
+    sgd = estimate(spec(dataset={"name": "digits"}, optimizer={"name": "sgd"}), data)
+    params = 10 * 128 + 128 + 128 * 2 + 2
+    assert adam.model_bytes == (2 + 2) * params * 4 and sgd.model_bytes == 2 * params * 4
+    # Two checkpoints of weights and moments, then the model file and model.onnx.
+    assert adam.disk_bytes == 2 * 3 * params * 4 + 2 * params * 4
+
+
+def test_activations_grow_with_the_batch_and_name_it() -> None:
+    small = spec(dataset={"name": "mnist"}, model={"type": "cnn"})
+    big = spec(dataset={"name": "mnist"}, model={"type": "cnn"}, training={"batch_size": 65536})
+    cost = estimate(big, builtin_data(big))  # type: ignore[arg-type]
+    assert cost.activation_bytes == 2048 * estimate(small, builtin_data(small)).activation_bytes
+    assert memory_fields(big, cost) == ["training.batch_size"]
+
+
+def test_ddp_replicas_are_processes_that_each_load_the_data() -> None:
+    one = spec(dataset={"name": "digits"})
+    four = spec(dataset={"name": "digits"}, resources={"replicas": 4})
+    single, ddp = (estimate(s, builtin_data(s)) for s in (one, four))  # type: ignore[arg-type]
+    assert ddp.processes == 4 and ddp.data_bytes == single.data_bytes
+    assert ddp.memory_bytes >= 4 * (single.data_bytes + RUNTIME_BYTES)
+    assert "resources.replicas" in memory_fields(four, ddp)
+    mirrored = JobSpec.model_validate(
+        {"framework": "tensorflow", "dataset": {"name": "digits"}, "resources": {"replicas": 4}}
+    )
+    shared = estimate(mirrored, builtin_data(mirrored))  # type: ignore[arg-type]
+    assert shared.processes == 1 and shared.memory_bytes < ddp.memory_bytes
+
+
+@pytest.mark.parametrize(("dtype", "size"), [("uint8", 1), ("int16", 2), ("float64", 8)])
+def test_itemsize_of_stored_dtypes(dtype: str, size: int) -> None:
+    assert itemsize_of(dtype) == size
+
+
+def test_uploads_have_no_builtin_shape() -> None:
+    assert builtin_data(spec(dataset={"id": "abc"})) is None
