@@ -95,8 +95,12 @@ Distribution = Annotated[
 class ObjectiveSpec(_Sweep):
     """The metrics-row field to optimize and its direction (auto: max for accuracy-like)."""
 
-    metric: Literal[OBJECTIVE_FIELDS] = "val_loss"  # type: ignore[valid-type]
-    mode: Literal["min", "max", "auto"] = "auto"
+    metric: Literal[OBJECTIVE_FIELDS] = Field(  # type: ignore[valid-type]
+        "val_loss", description="the metrics-row field a trial is judged by"
+    )
+    mode: Literal["min", "max", "auto"] = Field(
+        "auto", description="min | max; auto: max for accuracies, else min"
+    )
 
     @property
     def direction(self) -> Literal["min", "max"]:
@@ -108,7 +112,7 @@ class ObjectiveSpec(_Sweep):
 class SamplerSpec(_Sweep):
     """Optuna's sampler: tpe (default), random, or grid (every parameter finite)."""
 
-    name: Literal["tpe", "random", "grid"] = "tpe"
+    name: Literal["tpe", "random", "grid"] = Field("tpe", description="how trials are drawn")
     seed: int | None = Field(None, ge=0, le=2**31 - 1, description="reproducible draws")
     n_startup_trials: int = Field(10, ge=0, le=1000, description="tpe: random trials first")
 
@@ -129,8 +133,12 @@ PRUNER_PARAMS: dict[str, dict[str, tuple[int, int]]] = {
 class PrunerSpec(_Sweep):
     """Optuna's pruner; no trial is pruned before it has trained `min_epochs` epochs."""
 
-    name: Literal["none", "median", "successive_halving", "hyperband"] = "median"
-    params: dict[str, int] = Field(default_factory=dict, max_length=8)
+    name: Literal["none", "median", "successive_halving", "hyperband"] = Field(
+        "median", description="which rule stops a trial that falls behind"
+    )
+    params: dict[str, int] = Field(
+        default_factory=dict, max_length=8, description="the pruner's own integer parameters"
+    )
     min_epochs: int = Field(1, ge=1, le=1000, description="epochs every trial trains at least")
 
     @model_validator(mode="after")
@@ -150,14 +158,16 @@ class PrunerSpec(_Sweep):
 class SweepSpec(_Sweep):
     """A sweep: trials are jobs made from `base` with `parameters` drawn by the sampler."""
 
-    name: str = Field("sweep", min_length=1, max_length=100, pattern=r"^[\w.\- ]+$")
+    name: str = Field(
+        "sweep", min_length=1, max_length=100, pattern=r"^[\w.\- ]+$", description="a label"
+    )
     base: JobSpec = Field(description="a full job spec; each trial overrides its parameters")
     parameters: dict[
         Annotated[str, Field(min_length=1, max_length=128, pattern=PARAMETER_PATH)], Distribution
     ] = Field(min_length=1, max_length=MAX_PARAMETERS, description="dotted spec path -> range")
-    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
-    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
-    pruner: PrunerSpec = Field(default_factory=PrunerSpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec, description="what is optimized")
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec, description="how trials are drawn")
+    pruner: PrunerSpec = Field(default_factory=PrunerSpec, description="when a trial is stopped")
     max_trials: int = Field(20, ge=1, le=1000, description="trials launched in all")
     max_parallel: int = Field(2, ge=1, le=64, description="trials queued or running at once")
     max_failed_trials: int = Field(
