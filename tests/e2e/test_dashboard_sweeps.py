@@ -41,9 +41,8 @@ def test_sweep_page_shows_trials_curves_and_parameters(service: Service, page: A
     expect(states).to_have_text(["complete", "pruned", "pruned"])
     expect(page.get_by_test_id("epochs")).to_contain_text("9 trained of 15")
     expect(page.get_by_test_id("best")).to_contain_text("#0")
-    page.wait_for_function(
-        "document.querySelectorAll('[data-testid=curves-chart] path[data-series]').length === 3"
-    )
+    # A locator, not wait_for_function: the page's CSP forbids the eval that polling a string needs.
+    expect(page.locator("[data-testid=curves-chart] path[data-series]")).to_have_count(3)
     assert curve_points(page) == [2, 2, 5]  # pruned curves end at the epoch they stopped
     chart = page.locator("[data-testid=param-chart][data-parameter='optimizer.learning_rate']")
     expect(chart).to_contain_text("against optimizer.learning_rate")
