@@ -18,7 +18,7 @@ from app.core.db import DB_SLOTS, session_factory
 from app.domain import crud, datasets
 from app.domain.admission import admission_errors, sweep_admission_errors
 from app.domain.keys import verify
-from app.domain.tables import ApiKey, Job
+from app.domain.tables import ID_CHARS, ApiKey, Job
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 
@@ -99,7 +99,7 @@ def get_job_or_404(
     session: SessionDep,
     key: CurrentKey,
     # Job ids are UUIDs: anything else (a NUL byte would make PostgreSQL fail) is a 422.
-    job_id: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9-]+$")],
+    job_id: Annotated[str, Path(max_length=64, pattern=ID_CHARS)],
 ) -> Job:
     """The job if it exists and the caller may see it; another owner's job is a 404 too."""
     job = crud.get_job(session, job_id)

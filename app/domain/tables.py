@@ -45,6 +45,7 @@ def new_id() -> str:
 # What an id of a job, sweep or upload may look like (ours are UUIDs); refuse anything else
 # before it reaches a query (PostgreSQL answers a NUL in text with an error, not "no row").
 ID_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
+ID_CHARS = r"^[A-Za-z0-9-]+$"  # the same, for FastAPI parameters that bound the length apart
 
 
 class UTCDateTime(TypeDecorator[datetime]):

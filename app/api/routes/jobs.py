@@ -19,7 +19,7 @@ from app.api.deps import (
 from app.core.config import get_settings
 from app.domain import crud, epoch_rows, retention
 from app.domain.states import JobStatus, SweepStatus
-from app.domain.tables import Job, Sweep
+from app.domain.tables import ID_CHARS, Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricRow, MetricsPublic
 from app.schemas.job_spec import JobSpec
 from app.services import sweeps
@@ -117,7 +117,7 @@ def read_jobs(
     framework: Annotated[str | None, Query(pattern="^(pytorch|tensorflow)$")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
-    sweep_id: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9-]+$")] = None,
+    sweep_id: Annotated[str | None, Query(max_length=64, pattern=ID_CHARS)] = None,
 ) -> JobsPublic:
     """List jobs, newest first, with cursor pagination."""
     try:

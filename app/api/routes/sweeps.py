@@ -11,7 +11,7 @@ from app.api.deps import CurrentKey, SessionDep, check_job_dataset, check_job_fi
 from app.domain import sweeps as rows
 from app.domain.states import TrialState
 from app.domain.sweep_space import space_errors
-from app.domain.tables import Job, Sweep
+from app.domain.tables import ID_CHARS, Job, Sweep
 from app.schemas.sweep import (
     BestTrial,
     SweepPublic,
@@ -28,7 +28,7 @@ router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 def get_sweep_or_404(
     session: SessionDep,
     key: CurrentKey,
-    sweep_id: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9-]+$")],
+    sweep_id: Annotated[str, Path(max_length=64, pattern=ID_CHARS)],
 ) -> Sweep:
     """The sweep if it exists and the caller may see it; another owner's is a 404 too."""
     sweep = session.get(Sweep, sweep_id)
