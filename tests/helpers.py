@@ -102,16 +102,51 @@ def drop_pg_database(admin_url: str, name: str) -> None:
     engine.dispose()
 
 
+REDIS_LOCK = "epochal-test-lock"
+
+
 def pick_redis_db(base: str) -> tuple[str, redis.Redis]:
-    """An empty DB number (1-15) that no other run is using."""
+    """An empty DB number (1-15) that no other run is using; a DB whose run died is taken back."""
     for number in list(range(1, 16)):
         client = redis.Redis.from_url(f"{base}/{number}")
         try:
-            if client.dbsize() == 0 and client.set("epochal-test-lock", os.getpid(), nx=True):
+            if _reclaim_if_abandoned(client) and client.set(REDIS_LOCK, os.getpid(), nx=True):
                 return f"{base}/{number}", client
         except redis.exceptions.ConnectionError as exc:
             pytest.fail(f"Redis is required for these tests and is not reachable: {exc}")
     pytest.fail("no empty Redis DB number left (1-15)")
+
+
+def _reclaim_if_abandoned(client: redis.Redis) -> bool:
+    """True when the DB is empty, or held by a test run whose process is gone (then emptied).
+
+    A killed run never flushes its DB; without this, 15 killed runs would leave none free."""
+    if client.dbsize() == 0:
+        return True
+    owner = client.get(REDIS_LOCK)
+    if owner is None or not owner.isdigit() or _alive(int(owner)):
+        return False  # not a test run's DB, or its run is still going
+    with client.pipeline() as pipe:
+        try:  # only one reclaimer wins: the lock must still name the dead run
+            pipe.watch(REDIS_LOCK)
+            if pipe.get(REDIS_LOCK) != owner:
+                return False
+            pipe.multi()
+            pipe.flushdb()
+            pipe.execute()
+        except redis.exceptions.WatchError:
+            return False
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def truncate_all() -> None:
