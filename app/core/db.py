@@ -28,6 +28,9 @@ DB_SLOTS = POOL_SIZE + POOL_OVERFLOW - 5
 
 _engines: dict[tuple[int, str], Engine] = {}
 _factories: dict[Engine, sessionmaker[Session]] = {}
+_readers: dict[Engine, Engine] = {}
+# An execution option of read_engine() on SQLite: begin no transaction (see _configure_sqlite).
+READ_ONLY = "epochal_read_only"
 _engines_lock = threading.Lock()
 
 
@@ -41,7 +44,7 @@ def make_engine(url: str) -> Engine:
         _configure_sqlite(engine)
         return engine
     engine = create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_recycle=1800)
-    _ping_when_idle(engine)
+    ping_when_idle(engine)
     return engine
 
 
@@ -49,7 +52,7 @@ def make_engine(url: str) -> Engine:
 PING_AFTER_IDLE_SECONDS = 10.0
 
 
-def _ping_when_idle(engine: Engine) -> None:
+def ping_when_idle(engine: Engine) -> None:
     """pool_pre_ping, but only for connections idle a while: a busy API would otherwise pay a
     `SELECT 1` round trip on every request (~20 % of a metrics poll). A server restart is still
     noticed on the first use after a quiet spell; one that lands between two busy requests
@@ -89,6 +92,8 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get(READ_ONLY):
+            return  # each statement its own read transaction: no write lock taken
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
@@ -120,6 +125,23 @@ def session_factory() -> sessionmaker[Session]:
     return factory
 
 
+def read_engine() -> Engine:
+    """This process's engine for reads that need no transaction of their own: each statement
+    sees what is committed. On PostgreSQL it is autocommit (no BEGIN and ROLLBACK round trips);
+    on SQLite no BEGIN IMMEDIATE, so a read never takes the write lock. Same pool."""
+    engine = get_engine()
+    reader = _readers.get(engine)
+    if reader is None:
+        options: dict[str, Any] = (
+            {READ_ONLY: True}
+            if engine.dialect.name == "sqlite"
+            else {"isolation_level": "AUTOCOMMIT"}
+        )
+        with _engines_lock:
+            reader = _readers.setdefault(engine, engine.execution_options(**options))
+    return reader
+
+
 @contextmanager
 def session_scope() -> Iterator[Session]:
     """A session that commits on success and rolls back on error."""
@@ -138,3 +160,4 @@ def reset_engines() -> None:
         engine.dispose(close=False)
     _engines.clear()
     _factories.clear()
+    _readers.clear()
