@@ -80,7 +80,7 @@ class Event:
     data: dict[str, Any]
     terminal: bool = False
     id: str = ""
-    payload: str = ""  # `data` as JSON, written once however many subscribers send it
+    wire: bytes = b""  # the SSE message, written once however many subscribers send it
 
 
 def _transition_event(row: Row[Any]) -> Event:
@@ -146,9 +146,14 @@ def _ordered(cursor: Cursor, events: list[Event]) -> list[Event]:
     out = []
     for event in sorted(events, key=lambda e: (e.terminal, e.at, e.kind != "transition")):
         cursor = cursor.after(event)
-        payload = orjson.dumps(event.data).decode()
+        # JSON on one line, so one `data:` line (the order of FastAPI's SSE encoder).
+        wire = b"event: %s\ndata: %s\nid: %s\n\n" % (
+            event.kind.encode(),
+            orjson.dumps(event.data),
+            str(cursor).encode(),
+        )
         out.append(
-            Event(event.kind, event.key, event.at, event.data, event.terminal, str(cursor), payload)
+            Event(event.kind, event.key, event.at, event.data, event.terminal, str(cursor), wire)
         )
     return out
 
@@ -195,8 +200,11 @@ class EventHub:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
-    async def stream(self, job_id: str, after: Cursor) -> AsyncIterator[Event]:
-        """The job's events after `after`, live, ending after the terminal transition."""
+    async def stream(
+        self, job_id: str, after: Cursor, keepalive: float | None = None
+    ) -> AsyncIterator[Event | None]:
+        """The job's events after `after`, live, ending after the terminal transition; None
+        after each `keepalive` seconds without one (a stream's ping)."""
         feed = self._join(job_id)
         try:
             index = 0
@@ -207,7 +215,11 @@ class EventHub:
                         yield event
                     if event.terminal:
                         return
-                await feed.changed.wait()
+                try:
+                    async with asyncio.timeout(keepalive):
+                        await feed.changed.wait()
+                except TimeoutError:
+                    yield None
         finally:
             self._leave(job_id)
 

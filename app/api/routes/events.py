@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi.responses import StreamingResponse
 
 from app.api.deps import JobDep, SessionDep, release_db
 from app.core.config import get_settings
@@ -27,19 +27,35 @@ def resume_cursor(
         raise HTTPException(status_code=422, detail=str(exc)) from exc
 
 
+class EventStream(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+# A comment line after this long without an event, so proxies keep an idle stream open.
+KEEPALIVE_SECONDS = 15.0
+PING = b": ping\n\n"
+
+
 @router.get(
     "/{job_id}/events",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses={200: {"description": "event: transition | epoch; data: JSON; id: resume cursor"}},
 )
 async def read_events(
     session: SessionDep, job: JobDep, after: Annotated[Cursor, Depends(resume_cursor)]
-) -> AsyncIterator[ServerSentEvent]:
+) -> EventStream:
     """Stream status transitions and finished epochs; ends after the terminal transition."""
     job_id = job.id
     # The request's session (and its DB slot) would be held for the whole stream; on SQLite an
     # open transaction holds the write lock. Give both back before streaming.
     await release_db(session)
     hub = get_hub(get_settings().events_poll_seconds)
-    async for event in hub.stream(job_id, after):
-        yield ServerSentEvent(event=event.kind, id=event.id, raw_data=event.payload)
+
+    async def messages() -> AsyncIterator[bytes]:
+        # Each event's bytes were made once for every subscriber (app.services.live_events):
+        # sent as they are, a stream costs a write per event, not an encoding.
+        async for event in hub.stream(job_id, after, KEEPALIVE_SECONDS):
+            yield PING if event is None else event.wire
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return EventStream(messages(), headers=headers)
