@@ -59,6 +59,20 @@ class Settings(BaseSettings):
     )
     maintenance_seconds: float = Field(5.0, gt=0, le=600)
 
+    # PostgreSQL connections (RELIABILITY.md §11): none of them may wait forever.
+    db_connect_timeout_seconds: int = Field(
+        10, ge=2, le=300, description="Give up opening a PostgreSQL connection after this."
+    )
+    db_statement_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="The server ends a statement (or a transaction left idle) running longer.",
+    )
+    db_keepalive_seconds: int = Field(
+        10, ge=1, le=600, description="TCP keepalive probe interval; 3 unanswered: dead."
+    )
+
     # Limits at the door.
     max_body_bytes: int = Field(1_000_000, ge=1024)
     max_upload_bytes: int = Field(200_000_000, ge=1024, le=2**31 - 1)  # dataset.size_bytes is int4
