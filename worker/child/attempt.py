@@ -115,11 +115,11 @@ def finish(
 class ForgetReplayedEpochs(Callback):
     """A resumed attempt redoes the epochs after its checkpoint: their old rows go (P35)."""
 
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
+    def __init__(self, job_id: str, attempt: int) -> None:
+        self.job_id, self.attempt = job_id, attempt
 
     def on_train_begin(self, state: TrainState) -> None:
-        forget_epochs_after(self.job_id, state.epoch)
+        forget_epochs_after(self.job_id, self.attempt, state.epoch)
 
 
 def train(
@@ -144,7 +144,7 @@ def train(
     record: list[Callback] = []
     if backend.is_main:
         rows, pruning = DbMetricRecorder(job_id, attempt), TrialPruning(job_id)
-        record = [ForgetReplayedEpochs(job_id), rows, pruning]
+        record = [ForgetReplayedEpochs(job_id, attempt), rows, pruning]
     try:
         outcome = run_attempt(spec, workdir, backend, splits, state, record, timings, job_id)
     finally:
