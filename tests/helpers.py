@@ -158,6 +158,28 @@ def truncate_all() -> None:
             conn.execute(table.delete())
 
 
+@contextmanager
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A size-limited tmpfs mounted on `folder` (a small disk to fill), unmounted after.
+
+    Mounting needs root (or CAP_SYS_ADMIN): elsewhere the test is skipped, saying why."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", None) or exc
+        pytest.skip(f"cannot mount a {size} tmpfs to fill (needs root): {detail}")
+    try:
+        yield folder
+    finally:  # lazily: a process of the test still holding a file must not keep it mounted
+        subprocess.run(["umount", "-l", str(folder)], check=False, capture_output=True)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

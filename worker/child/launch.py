@@ -43,6 +43,7 @@ from worker.protocol import (
     JobConfigError,
     Outcome,
     child_argv,
+    is_disk_full,
     read_stop_reason,
     write_outcome,
 )
@@ -144,7 +145,9 @@ def classify(exc: BaseException) -> Outcome:
         return Outcome.failure(ErrorCode.worker_lost, text)
     if name in ("OperationalError", "InterfaceError", "DatabaseError"):
         return Outcome.failure(ErrorCode.infrastructure, f"database unavailable: {text}")
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+    if is_disk_full(exc):
+        return Outcome.disk_full(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EIO:
         return Outcome.failure(ErrorCode.infrastructure, f"storage trouble on the worker: {text}")
     return Outcome.failure(
         ErrorCode.internal_error, f"{text}; GET /v1/jobs/{{id}}/logs shows the traceback"

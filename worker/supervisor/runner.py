@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from worker.protocol import (
     Outcome,
     child_argv,
     child_env,
+    is_disk_full,
     read_outcome,
     request_stop,
 )
@@ -79,31 +81,46 @@ def run_job(job_id: str, worker_name: str) -> None:
     spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
     _set_current_job(worker_name, job_id)
     try:
-        # max_runtime_seconds counts from the first start, across attempts.
-        assert started_at is not None
-        left = spec.max_runtime_seconds - (utcnow() - started_at).total_seconds()
-        if left <= 0:
-            record(settings, job_id, attempt, _out_of_time(spec))
-            return
-        run = start_child(settings, job_id, attempt, spec, left)
-        try:
-            supervise(settings, run)
-        except BaseException:  # never leave a child training without a supervisor
-            _signal(run, signal.SIGKILL)
-            run.process.wait()
-            raise
-        record_end(settings, run)
+        _run_attempt(settings, job_id, attempt, spec, started_at)
     finally:
         _set_current_job(worker_name, None)
         if not shutdown.requested():
             warm_up(settings, [spec.framework])  # the next job of this kind starts warm
 
 
-def _claim(settings: Settings, job_id: str, worker_name: str) -> tuple[int, Any, Any] | None:
+def _run_attempt(
+    settings: Settings, job_id: str, attempt: int, spec: JobSpec, started_at: datetime
+) -> None:
+    """Start the child (unless its time is used up or the disk is full) and see it end."""
+    # max_runtime_seconds counts from the first start, across attempts.
+    left = spec.max_runtime_seconds - (utcnow() - started_at).total_seconds()
+    if left <= 0:
+        record(settings, job_id, attempt, _out_of_time(spec))
+        return
+    try:
+        run = start_child(settings, job_id, attempt, spec, left)
+    except OSError as exc:  # the job's spec or log could not be written
+        if not is_disk_full(exc):
+            raise
+        record(settings, job_id, attempt, Outcome.disk_full(exc))
+        return
+    try:
+        supervise(settings, run)
+    except BaseException:  # never leave a child training without a supervisor
+        _signal(run, signal.SIGKILL)
+        run.process.wait()
+        raise
+    record_end(settings, run)
+
+
+def _claim(settings: Settings, job_id: str, worker_name: str) -> tuple[int, Any, datetime] | None:
     """(attempt, stored spec, first start) of the attempt this worker just claimed."""
     with session_scope() as session:
         job = crud.claim_job(session, job_id, worker_name, settings.lease_seconds)
-        return None if job is None else (job.attempt, job.spec, job.started_at)
+        if job is None:
+            return None
+        assert job.started_at is not None  # a claim sets it
+        return job.attempt, job.spec, job.started_at
 
 
 def _set_current_job(worker_name: str, job_id: str | None) -> None:
