@@ -84,7 +84,7 @@ def controller_cost(trials: int, epochs: int) -> dict[str, float]:
     spec = SweepSpec.model_validate_json(json.dumps(body))
     rng, launch_ms, report_ms = random.Random(3), [], []
     with session_scope() as session:
-        sweep_id = sweeps.submit(session, spec, None).id
+        sweep_id = sweeps.submit(session, spec, None)[0].id  # its trials: claimed below
     for number in range(trials):
         with session_scope() as session:
             job = session.query(Job).filter_by(sweep_id=sweep_id, sweep_trial=number).one()
