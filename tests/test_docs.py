@@ -57,6 +57,11 @@ def test_deploy_guide_covers_the_production_topics() -> None:
         "epochal migrate",
         "EPOCHAL_WORKER_GPUS",
         "/metrics",
+        "POSTGRES_PASSWORD",
+        "REDIS_PASSWORD",
+        "EPOCHAL_PRODUCTION",
+        "--profile tls",
+        "EPOCHAL_DOMAIN",
     ):
         assert topic in guide, topic
 
