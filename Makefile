@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint bench bench-gpu clean data
+.PHONY: install run test lint bench bench-gpu gpu-smoke clean data
 
 install: $(STAMP) data
 
@@ -48,6 +48,11 @@ bench: install
 
 bench-gpu: install
 	$(BIN)/python -m benchmarks.gpu
+
+# The GPU path through the real service (every precision, all GPUs): a few minutes; says so
+# and exits 0 where there is no GPU.
+gpu-smoke: install
+	$(BIN)/python -m benchmarks.gpu_smoke
 
 clean:
 	rm -rf $(VENV) .epochal .pytest_cache test-artifacts
