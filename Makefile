@@ -7,6 +7,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 PYTEST_ARGS ?=
+# Tests side by side, a module per process: most of a test's time is waiting on the processes
+# it started (API, worker, training child), so two at a time fit two cores. TEST_JOBS=1: serial.
+TEST_JOBS ?= 2
 
 .PHONY: install run test lint bench bench-gpu gpu-smoke clean data
 
@@ -37,7 +40,7 @@ run: install
 	$(BIN)/epochal up
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check app worker client migrations tools tests benchmarks
