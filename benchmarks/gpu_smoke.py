@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from app.core.config import Settings
 from benchmarks import machine
 from benchmarks.gpu import FRAMEWORKS, visible_gpus
 
@@ -114,7 +115,10 @@ def run_jobs(jobs: list[SmokeJob], worker_gpus: str) -> dict[SmokeJob, dict[str,
         env = {
             "EPOCHAL_HOME": str(Path(home) / "home"),
             "EPOCHAL_WORKER_GPUS": worker_gpus,
-            "TF_FORCE_GPU_ALLOW_GROWTH": "true",  # as the worker image: a warm TF child waits
+            # As `epochal up` runs (the test helpers warm PyTorch only) and as the worker image:
+            # a warm TensorFlow child waits beside a running PyTorch job on the same GPU.
+            "EPOCHAL_WARM_FRAMEWORKS": Settings.model_fields["warm_frameworks"].default,
+            "TF_FORCE_GPU_ALLOW_GROWTH": "true",
         }
         migrate_in_subprocess(env)
         with running_service(env) as service, service.client() as client:

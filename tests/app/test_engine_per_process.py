@@ -4,6 +4,8 @@ share it (RELIABILITY.md §9), and a forked child never uses its parent's connec
 from __future__ import annotations
 
 import os
+import select
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +14,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from app.core import db
+from tests.helpers import scaled
 
 THREADS = 16
 
@@ -53,7 +56,9 @@ def test_a_forked_child_gets_an_engine_of_its_own(pg_env: dict[str, str]) -> Non
         finally:
             os._exit(0)
     os.close(write)
-    child_backend = int(os.read(read, 64))
+    if not select.select([read], [], [], scaled(30))[0]:  # a lock held at the fork: no hang
+        os.kill(pid, signal.SIGKILL)
+    child_backend = int(os.read(read, 64) or 0)
     os.waitpid(pid, 0)
     assert child_backend not in (-1, parent_backend)
     with parent.connect() as conn:  # the parent's pooled connection still works
