@@ -23,6 +23,10 @@ class Settings(BaseSettings):
     home: Path = Field(Path(".epochal"), description="State directory of the embedded default.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in home.")
     broker_url: str | None = Field(None, description="Celery broker; default filesystem in home.")
+    production: bool = Field(
+        False,
+        description="The server verbs refuse SQLite, the filesystem broker and default passwords.",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     data_dir: Path | None = Field(None, description="Where data sets and uploads live.")

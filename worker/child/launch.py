@@ -64,7 +64,7 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-    # Popped so that DDP ranks started from here (their parent is this process) do not see it.
+    # Popped: DDP ranks started from here get this process's pid instead (run_ranks).
     supervisor = os.environ.pop(SUPERVISOR_ENV, None)
     if supervisor is not None and os.getppid() != int(supervisor):
         os._exit(EXIT_ORPHANED)
@@ -110,7 +110,9 @@ def run_ranks(job_id: str, attempt: int, workdir: Path, replicas: int) -> int:
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the ranks themselves handle it
     store = JobFiles(workdir).ddp_store(attempt)
     store.unlink(missing_ok=True)
-    env = {**os.environ, DDP_INIT_ENV: f"file://{store}"}
+    # A rank still starting when this process dies is re-parented before it can ask for
+    # PR_SET_PDEATHSIG: told who its parent is, it sees that and exits (die_with_parent).
+    env = {**os.environ, DDP_INIT_ENV: f"file://{store}", SUPERVISOR_ENV: str(os.getpid())}
     ranks = [
         subprocess.Popen(child_argv(job_id, attempt, rank), env=env) for rank in range(replicas)
     ]
