@@ -21,7 +21,17 @@ from sqlalchemy.pool import NullPool
 from app.api import deps
 from app.core import db
 from tests.conftest import make_key
-from tests.helpers import clear_caches, configure, free_port, migrate, scaled, wait_until
+from tests.helpers import (
+    PG_ADMIN,
+    clear_caches,
+    configure,
+    create_pg_database,
+    drop_pg_database,
+    free_port,
+    migrate,
+    scaled,
+    wait_until,
+)
 
 JOB = {"framework": "pytorch", "dataset": {"name": "digits"}, "training": {"epochs": 1}}
 SWEEP = {
@@ -35,13 +45,19 @@ SWEEP = {
 
 
 @pytest.fixture
-def outage(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_database: str
-) -> Iterator[TestClient]:
+def database() -> Iterator[str]:
+    """A database of its own: a sweep leaves Optuna's tables behind."""
+    name = f"epochal_outage_{secrets.token_hex(4)}"
+    yield create_pg_database(PG_ADMIN, name)
+    drop_pg_database(PG_ADMIN, name)
+
+
+@pytest.fixture
+def outage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database: str) -> Iterator[TestClient]:
     """The API on a pool of one connection and one DB slot; the broker's port is closed."""
     env = {
         "EPOCHAL_HOME": str(tmp_path / "home"),
-        "EPOCHAL_DATABASE_URL": pg_database,
+        "EPOCHAL_DATABASE_URL": database,
         "EPOCHAL_BROKER_URL": f"redis://127.0.0.1:{free_port()}/0",
         "EPOCHAL_MAINTENANCE_SECONDS": "600",  # only the requests publish here
     }
@@ -57,9 +73,6 @@ def outage(
     with TestClient(create_app(), raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {key}"
         yield client
-    from tests.helpers import truncate_all
-
-    truncate_all()
 
 
 def publishing(url: str) -> list[str]:
@@ -75,13 +88,13 @@ def publishing(url: str) -> list[str]:
 
 @pytest.mark.parametrize(("path", "body"), [("/v1/jobs", JOB), ("/v1/sweeps", SWEEP)])
 def test_a_submit_retrying_a_down_broker_holds_no_database_session(
-    outage: TestClient, pg_database: str, path: str, body: dict[str, Any]
+    outage: TestClient, database: str, path: str, body: dict[str, Any]
 ) -> None:
     submitted: dict[str, httpx.Response] = {}
     submit = threading.Thread(target=lambda: submitted.update(r=outage.post(path, json=body)))
     started = time.monotonic()
     submit.start()
-    job_id = wait_until(lambda: publishing(pg_database), 30, "the submit to publish", 0.02)[0]
+    job_id = wait_until(lambda: publishing(database), 30, "the submit to publish", 0.02)[0]
     asked = time.monotonic()
     answer = outage.get(f"/v1/jobs/{job_id}")  # needs the one slot and the one connection
     answered, still_retrying = time.monotonic(), submit.is_alive()
@@ -94,4 +107,4 @@ def test_a_submit_retrying_a_down_broker_holds_no_database_session(
     # Before, the submit kept its DB slot through the retries: this answer waited for them.
     assert still_retrying, "the request was answered only after the submit's publish ended"
     assert submitted["r"].status_code == 201, submitted["r"].text
-    assert publishing(pg_database) == []  # nothing was sent: the reconciler will send them
+    assert publishing(database) == []  # nothing was sent: the reconciler will send them

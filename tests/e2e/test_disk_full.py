@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
 from app.domain.job_files import JobFiles
-from tests.helpers import running_service, small_tmpfs, submit_job, wait_for_status
+from tests.helpers import running_service, small_tmpfs, submit_job, wait_for_status, wait_until
 from worker.training.checkpoint import whole_checkpoints
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
@@ -26,6 +27,11 @@ BIG = {
     "training": {"epochs": 3},
 }
 SMALL = {"dataset": {"name": "digits"}, "model": {"hidden_units": [8]}, "training": {"epochs": 1}}
+
+
+def free_disk(client: httpx.Client) -> int:
+    workers = client.get("/v1/workers").json()["items"]
+    return max((w["disk_free_bytes"] or 0 for w in workers), default=0)
 
 
 @pytest.fixture
@@ -60,5 +66,8 @@ def test_a_full_disk_fails_the_job_as_disk_full_and_keeps_its_last_checkpoint(
         assert client.get("/healthz").status_code == 200
         logs = client.get(f"/v1/jobs/{job_id}/logs")
         assert logs.status_code == 200 and "disk_full" in logs.text
+        # Admission goes by the free disk the worker reports: wait for a report after the
+        # failed write gave its space back.
+        wait_until(lambda: free_disk(client) > 500_000, 30, "the worker to report free disk")
         small = submit_job(client, **SMALL)["id"]
         assert wait_for_status(client, small, ENDED, 120)["status"] == "succeeded"
