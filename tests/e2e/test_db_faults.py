@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import secrets
 import select
+import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.e2e
-EPOCHS = 10
+EPOCHS = 12
 # Digits with a small model: a few tenths of a second an epoch on a loaded core.
 JOB: dict[str, Any] = {
     "framework": "pytorch",
@@ -66,6 +68,25 @@ def epoch_rows(url: str, job_id: str) -> list[tuple[int, int]]:
 def job_row(url: str, job_id: str) -> Any:
     rows = query(url, "SELECT status, attempt, lease_expires_at FROM job WHERE id = :j", j=job_id)
     return rows[0] if rows else None
+
+
+def rows_reach(url: str, job_id: str, epoch: int) -> bool:
+    return len(epoch_rows(url, job_id)) >= epoch
+
+
+@contextmanager
+def frozen(job_id: str) -> Iterator[None]:
+    """The job's training process stopped meanwhile (SIGSTOP), wherever it is, a transaction
+    included: the fault lands while the job runs however fast its epochs are."""
+    pids = training_children(job_id)
+    assert pids, "no training process: has the job ended already?"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def terminate_sessions(url: str) -> int:
@@ -116,11 +137,13 @@ def test_terminated_sessions_and_a_server_restart_cost_no_attempt(
         job_id = client.post("/v1/jobs", json=JOB).json()["id"]
         log = JobFiles.of(Path(env["EPOCHAL_HOME"]) / "artifacts", job_id).log
         for epoch in (2, 3, 4):  # three blips, each after the child wrote a row since the last
-            wait_until(lambda: len(epoch_rows(url, job_id)) >= epoch, 120, f"epoch {epoch}")  # noqa: B023
-            assert tuple(job_row(url, job_id)[:2]) == ("running", 1)
-            print(f"after epoch {epoch}: terminated {terminate_sessions(url)} sessions")
-        wait_until(lambda: len(epoch_rows(url, job_id)) >= 5, 120, "epoch 5")
-        server.stop()  # a restart: every session ends, and for a while nobody can connect
+            wait_until(lambda: rows_reach(url, job_id, epoch), 120, f"epoch {epoch}", 0.02)  # noqa: B023
+            with frozen(job_id):
+                assert tuple(job_row(url, job_id)[:2]) == ("running", 1)
+                print(f"after epoch {epoch}: terminated {terminate_sessions(url)} sessions")
+        wait_until(lambda: rows_reach(url, job_id, 5), 120, "epoch 5", 0.02)
+        with frozen(job_id):
+            server.stop()  # a restart: every session ends, and for a while nobody can connect
         down = time.monotonic()
         # The child met the outage at its next epoch's row, and waits for the server.
         wait_until(lambda: "database unavailable" in log.read_text(), 60, "the child to retry")

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.core.config import Settings
 from app.core.db import RETRY_FIRST_DELAY, session_scope, transient
+from app.core.log_setup import job_context
 from app.domain import crud
 from app.domain.states import JobStatus
 
@@ -35,6 +36,10 @@ class LeaseKeeper(threading.Thread):
         self._stopped = threading.Event()
 
     def run(self) -> None:
+        with job_context(self.job_id):  # a thread does not inherit the supervisor's context
+            self._keep()
+
+    def _keep(self) -> None:
         delay = RETRY_FIRST_DELAY
         while not self._stopped.is_set():
             started = time.monotonic()
