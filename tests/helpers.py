@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from app.core.config import get_settings
 from app.core.db import reset_engines
+from app.domain.keys import KEYS
 from app.services.queue import producer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +65,7 @@ def clear_caches() -> None:
     get_settings.cache_clear()
     producer.cache_clear()
     reset_engines()
+    KEYS.clear()
 
 
 def migrate() -> None:

@@ -37,6 +37,9 @@ DB_SLOTS = POOL_SIZE + POOL_OVERFLOW - 5
 
 _engines: dict[tuple[int, str], Engine] = {}
 _factories: dict[Engine, sessionmaker[Session]] = {}
+_readers: dict[Engine, Engine] = {}
+# An execution option of read_engine() on SQLite: begin no transaction (see _configure_sqlite).
+READ_ONLY = "epochal_read_only"
 _engines_lock = threading.Lock()
 
 
@@ -168,6 +171,8 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get(READ_ONLY):
+            return  # each statement its own read transaction: no write lock taken
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
@@ -199,6 +204,23 @@ def session_factory() -> sessionmaker[Session]:
     return factory
 
 
+def read_engine() -> Engine:
+    """This process's engine for reads that need no transaction of their own: each statement
+    sees what is committed. On PostgreSQL it is autocommit (no BEGIN and ROLLBACK round trips);
+    on SQLite no BEGIN IMMEDIATE, so a read never takes the write lock. Same pool."""
+    engine = get_engine()
+    reader = _readers.get(engine)
+    if reader is None:
+        options: dict[str, Any] = (
+            {READ_ONLY: True}
+            if engine.dialect.name == "sqlite"
+            else {"isolation_level": "AUTOCOMMIT"}
+        )
+        with _engines_lock:
+            reader = _readers.setdefault(engine, engine.execution_options(**options))
+    return reader
+
+
 @contextmanager
 def session_scope() -> Iterator[Session]:
     """A session that commits on success and rolls back on error."""
@@ -217,3 +239,4 @@ def reset_engines() -> None:
         engine.dispose(close=False)
     _engines.clear()
     _factories.clear()
+    _readers.clear()

@@ -12,17 +12,21 @@ from sqlalchemy.exc import IntegrityError
 from app.api.deps import (
     CurrentKey,
     JobDep,
+    JobId,
     SessionDep,
     check_job_dataset,
     check_job_fits,
+    may_see,
     owner_filter,
     release_db,
 )
+from app.api.responses import FastJSON
+from app.core.async_db import fetch
 from app.core.config import get_settings
-from app.domain import crud, epoch_rows, retention
+from app.domain import crud, job_reads, retention
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import ID_CHARS, Job, Sweep
-from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricRow, MetricsPublic
+from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.job_spec import JobSpec
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
@@ -124,19 +128,18 @@ def _store(
 
 
 @router.get("", response_model=JobsPublic)
-def read_jobs(
-    session: SessionDep,
+async def read_jobs(
     key: CurrentKey,
     status_: Annotated[JobStatus | None, Query(alias="status")] = None,
     framework: Annotated[str | None, Query(pattern="^(pytorch|tensorflow)$")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     sweep_id: Annotated[str | None, Query(max_length=64, pattern=ID_CHARS)] = None,
-) -> JobsPublic:
+) -> Response:
     """List jobs, newest first, with cursor pagination."""
     try:
-        jobs, next_cursor = crud.list_jobs(
-            session,
+        statement, params = job_reads.page_query(
+            None,
             limit=limit,
             cursor=cursor,
             status=status_,
@@ -144,9 +147,10 @@ def read_jobs(
             owner_id=owner_filter(key),
             sweep_id=sweep_id,
         )
-    except ValueError as exc:
+    except ValueError as exc:  # a cursor this API did not make
         raise HTTPException(status_code=422, detail=str(exc)) from exc
-    return JobsPublic(items=[summary(j) for j in jobs], next_cursor=next_cursor)
+    items, next_cursor = job_reads.summaries(await fetch(statement, params), limit)
+    return FastJSON({"items": items, "next_cursor": next_cursor})
 
 
 @router.get("/{job_id}", response_model=JobPublic)
@@ -156,15 +160,18 @@ def read_job(session: SessionDep, job: JobDep) -> JobPublic:
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic)
-def read_metrics(
-    session: SessionDep,
-    job: JobDep,
+async def read_metrics(
+    key: CurrentKey,
+    job_id: JobId,
     since_epoch: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> MetricsPublic:
-    """Per-epoch metrics after `since_epoch` (cheap to poll)."""
-    rows = epoch_rows.read_metrics(session, job.id, since_epoch, limit)
-    return MetricsPublic(job_id=job.id, items=[MetricRow.model_validate(r) for r in rows])
+) -> Response:
+    """Per-epoch metrics after `since_epoch` (cheap to poll: one query, the job with its rows)."""
+    params = job_reads.metrics_params(job_id, since_epoch, limit)
+    found = job_reads.metrics(await fetch(job_reads.METRICS_AFTER, params))
+    if found is None or not may_see(key, found[0]):
+        raise HTTPException(status_code=404, detail=f"no job {job_id}")
+    return FastJSON({"job_id": job_id, "items": found[1]})
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic)
