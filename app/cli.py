@@ -158,7 +158,7 @@ def keys_list() -> None:
 
 @keys.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id shown by keys list")]) -> None:
-    """Revoke a key: requests with it get 401 from now on."""
+    """Revoke a key: requests with it get 401 within a second (API processes cache keys 1 s)."""
     from app.core.db import session_scope
     from app.domain.keys import revoke
 

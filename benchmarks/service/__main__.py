@@ -56,6 +56,8 @@ def bench_polling(report: Report, quick: bool, kinds: tuple[str, ...] = KINDS) -
         route = "GET /v1/jobs?status=running, 50 a page"
         report.add(f"running_list_poll_p99_ms{tag}", running_list["p99_ms"], "ms", route)
         report.add(f"running_list_poll_p50_ms{tag}", running_list["p50_ms"], "ms", route)
+        idle = results["idle"]["ms_per_s"]
+        report.add(f"api_idle_cpu_ms_per_s{tag}", idle, "ms/s", "2 workers serving nothing")
         for phase, route in CPU_ROUTES.items():
             result = results[phase]
             note = f"{route}; load generator {result['client_cpu_us_per_request']:.0f} us/request"

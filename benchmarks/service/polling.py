@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks.service.cpu import group_cpu_seconds
@@ -56,6 +57,15 @@ def load(
     return result
 
 
+def idle_cpu(service: Service, seconds: float) -> dict[str, float]:
+    """What the API processes spend serving nothing (ticks, maintenance), ms of CPU per s:
+    part of every phase's CPU per request below."""
+    api = service.processes["api"].pid
+    before = group_cpu_seconds(api)
+    time.sleep(seconds)
+    return {"ms_per_s": (group_cpu_seconds(api) - before) * 1000 / seconds}
+
+
 def metric_paths(job_ids: list[str], epochs: int, count: int = 2000) -> list[str]:
     """Pollers ask for what is new since a recent epoch, as a following client does."""
     rng = random.Random(7)
@@ -79,6 +89,7 @@ def run_polling(
     with running(env, api_workers=api_workers) as service:
         metrics = metric_paths(finished, epochs)
         load(service, metrics[:50], 10, 0, 2)  # warm caches and connections
+        results["idle"] = idle_cpu(service, 5.0)
         results["metrics_poll"] = load(service, metrics, clients, 1.0, seconds)
         results["metrics_poll_half"] = load(service, metrics, clients // 2, 1.0, seconds)
         results["metrics_saturation"] = load(service, metrics, 32, 0, seconds / 2)
