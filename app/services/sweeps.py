@@ -88,10 +88,12 @@ def top_up(session: Session, sweep_id: str, publish: bool = True) -> list[Job]:
         )
         rows.yield_to_optuna(session)
         study = sweep_study.open_study(sweep_id, spec, trials_so_far=len(jobs))
-        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-        _tell_ended(study, ended, values, by_number)
         count, status = _plan(sweep, spec, jobs)
-        for number, params in _ask(study, spec, jobs, by_number, count):
+        with sweep_study.snapshot(study):  # Optuna reads the trials once for tell and ask
+            by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+            _tell_ended(study, ended, values, by_number)
+            asked = _ask(study, spec, jobs, by_number, count)
+        for number, params in asked:
             launched.append(_store_trial(session, sweep, spec, number, params))
         active = [j for j in jobs if j.status not in TERMINAL] + launched
         sweep.status, sweep.updated_at = status, utcnow()
