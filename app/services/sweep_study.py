@@ -1,6 +1,7 @@
 """Optuna, as a sweep uses it: one study per sweep in epochal's own database (RDBStorage on the
 same URL), its sampler and pruner built from the sweep spec, ask-and-tell, and the per-epoch
-report that decides pruning. Optuna is imported here only, and only when a sweep needs it.
+report that decides pruning. Optuna is imported here and in sweep_storage only, and only when a
+sweep needs it.
 
 Optuna's tables sit beside epochal's: `epochal migrate` creates them (or the first sweep
 does). Optuna's own schema check is skipped because it reads the shared `alembic_version`
@@ -17,10 +18,13 @@ import os
 import threading
 import warnings
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import make_url
+
 from app.core.config import get_settings
-from app.core.db import tune_sqlite
+from app.core.db import postgres_connect_args, tune_sqlite
 from app.domain.sweep_space import grid_values
 from app.schemas.sweep import CategoricalDist, IntDist, LogUniformDist, SweepSpec
 
@@ -51,20 +55,33 @@ def storage(create_tables: bool = False) -> Any:
             return found
         optuna = _optuna()
         sqlite = url.startswith("sqlite")
+        # PostgreSQL: the timeouts and keepalives of epochal's own connections (RELIABILITY.md
+        # §11); and a connection the server dropped is replaced before use.
+        options = make_url(url).query.get("options")
+        connect = postgres_connect_args(get_settings(), options)
+        postgres = {"pool_pre_ping": True, "connect_args": connect}
         made = optuna.storages.RDBStorage(
             url,
-            engine_kwargs={"connect_args": {"timeout": 30}} if sqlite else {"pool_pre_ping": True},
+            engine_kwargs={"connect_args": {"timeout": 30}} if sqlite else postgres,
             skip_compatibility_check=True,
             skip_table_creation=not create_tables,
         )
         if sqlite:  # WAL, busy timeout, BEGIN IMMEDIATE: as epochal's own connections (P40)
             tune_sqlite(made.engine)
             made.engine.dispose()
-        # Optuna wraps an RDBStorage in this cache of finished trials (they never change) on
-        # every load_study; one per process keeps it across top-ups: ~70 queries a trial less.
-        cached = optuna.storages._CachedStorage(made)
+        # Optuna wraps an RDBStorage in its cache of finished trials (they never change) on
+        # every load_study; one per process keeps it across top-ups, and its snapshot reads
+        # the unfinished ones once per decision (app.services.sweep_storage).
+        from app.services.sweep_storage import SnapshotStorage
+
+        cached = SnapshotStorage(made)
         _storages[key] = cached
         return cached
+
+
+def snapshot(study: optuna.Study) -> AbstractContextManager[None]:
+    """Within it, the study's trials are read once and later reads come from memory."""
+    return study._storage.snapshot(study._study_id)  # type: ignore[attr-defined, no-any-return]
 
 
 def ensure_tables() -> None:
@@ -189,6 +206,10 @@ class TrialReporter:
 
     def should_prune(self, epoch: int, row: Mapping[str, Any], epochs: int) -> bool:
         """Report this epoch's value once (a replayed epoch is not reported again); prune?"""
+        with snapshot(self.study):  # the trials are read once for the report and the pruner
+            return self._report(epoch, row, epochs)
+
+    def _report(self, epoch: int, row: Mapping[str, Any], epochs: int) -> bool:
         value = row.get(self.metric)
         storage_ = self.study._storage
         frozen = storage_.get_trial(self.trial_id)

@@ -11,9 +11,13 @@ import os
 import random
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
@@ -83,8 +87,10 @@ def controller_cost(trials: int, epochs: int) -> dict[str, float]:
     body = {**sweep_spec("hyperband", trials, epochs, None), "max_parallel": 1}
     spec = SweepSpec.model_validate_json(json.dumps(body))
     rng, launch_ms, report_ms = random.Random(3), [], []
+    launch_sql: list[int] = []
+    report_sql: list[int] = []
     with session_scope() as session:
-        sweep_id = sweeps.submit(session, spec, None).id
+        sweep_id = sweeps.submit(session, spec, None)[0].id  # its trials: claimed below
     for number in range(trials):
         with session_scope() as session:
             job = session.query(Job).filter_by(sweep_id=sweep_id, sweep_trial=number).one()
@@ -95,9 +101,11 @@ def controller_cost(trials: int, epochs: int) -> dict[str, float]:
             value = quality * (1 - 0.5**epoch)
             with session_scope() as session:
                 epoch_rows.record_epoch(session, job_id, 1, epoch, {"val_accuracy": value})
-            started = time.perf_counter()
-            pruned = reporter.should_prune(epoch, {"val_accuracy": value}, epochs)
-            report_ms.append(1000 * (time.perf_counter() - started))
+            with counted() as statements:
+                started = time.perf_counter()
+                pruned = reporter.should_prune(epoch, {"val_accuracy": value}, epochs)
+                report_ms.append(1000 * (time.perf_counter() - started))
+            report_sql.append(len(statements))
             if pruned:
                 break
         with session_scope() as session:
@@ -105,14 +113,33 @@ def controller_cost(trials: int, epochs: int) -> dict[str, float]:
             crud.finish_job(
                 session, job_id, 1, JobStatus.succeeded, stop_reason=stop, reason="bench"
             )
-        started = time.perf_counter()
-        sweeps.trial_ended(sweep_id)
-        launch_ms.append(1000 * (time.perf_counter() - started))
-    return {
+        with counted() as statements:
+            started = time.perf_counter()
+            sweeps.trial_ended(sweep_id)
+            launch_ms.append(1000 * (time.perf_counter() - started))
+        launch_sql.append(len(statements))
+    return {  # the last top-up launches nothing: left out
         "launch_ms": statistics.median(launch_ms[:-1]),
         "launch_p90_ms": statistics.quantiles(launch_ms[:-1], n=10)[-1],
+        "launch_statements": statistics.median(launch_sql[:-1]),
         "report_ms": statistics.median(report_ms),
+        "report_statements": statistics.median(report_sql),
     }
+
+
+@contextmanager
+def counted() -> Iterator[list[str]]:
+    """The SQL statements any engine of this process runs meanwhile (epochal's and Optuna's)."""
+    seen: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", note)
 
 
 def bench_sweeps(report: Report, quick: bool) -> None:

@@ -6,6 +6,7 @@ import hashlib
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import IntegrityError
 
 from app.api.deps import (
@@ -17,6 +18,7 @@ from app.api.deps import (
     check_job_fits,
     may_see,
     owner_filter,
+    release_db,
 )
 from app.api.responses import FastJSON
 from app.core.async_db import fetch
@@ -27,7 +29,7 @@ from app.domain.tables import ID_CHARS, Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.job_spec import JobSpec
 from app.services import sweeps
-from app.services.dispatch import dispatch
+from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -77,7 +79,7 @@ def _check_quota(session: SessionDep, key: CurrentKey) -> None:
     response_model=JobPublic,
     responses={200: {"description": "an earlier request with this Idempotency-Key"}},
 )
-def create_job(
+async def create_job(
     session: SessionDep,
     key: CurrentKey,
     spec: JobSpec,
@@ -85,10 +87,24 @@ def create_job(
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> JobPublic:
     """Submit a training job; it is stored before it is queued."""
+    job, body = await run_in_threadpool(_store, session, key, spec, idempotency_key)
+    if job is None:
+        response.status_code = status.HTTP_200_OK
+        return body
+    # While the broker is away the publish retries for seconds: not with this request's DB
+    # slot held, which other requests need. A failed publish leaves it to the reconciler.
+    await release_db(session)
+    await run_in_threadpool(dispatch_new, [job])
+    return body
+
+
+def _store(
+    session: SessionDep, key: CurrentKey, spec: JobSpec, idempotency_key: str | None
+) -> tuple[Job | None, JobPublic]:
+    """The new job, committed, and its body; (None, the earlier job's body) for a replay."""
     digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
     if idempotency_key and (earlier := _replay(session, key, idempotency_key, digest)):
-        response.status_code = status.HTTP_200_OK
-        return public(session, earlier)
+        return None, public(session, earlier)
     _check_quota(session, key)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     check_job_fits(session, spec)  # and the job must fit in a worker's memory and disk
@@ -107,10 +123,8 @@ def create_job(
         earlier = _replay(session, key, idempotency_key or "", digest)
         if earlier is None:
             raise
-        response.status_code = status.HTTP_200_OK
-        return public(session, earlier)
-    dispatch(session, job)  # a failed publish leaves it queued for the reconciler
-    return public(session, job)
+        return None, public(session, earlier)
+    return job, public(session, job)
 
 
 @router.get("", response_model=JobsPublic)
