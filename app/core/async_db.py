@@ -74,12 +74,12 @@ async def _pool() -> AsyncConnectionPool | None:
 
 
 def _new_pool(url: str) -> tuple[str, AsyncConnectionPool, asyncio.Future[None]]:
-    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    conninfo, limits = pg_conninfo(url)
     pool = AsyncConnectionPool(
         conninfo,
         min_size=1,
         max_size=POOL_SIZE,
-        kwargs={"autocommit": True},
+        kwargs={"autocommit": True, **limits},
         check=_check_when_idle,
         max_lifetime=1800,
         open=False,
@@ -87,11 +87,23 @@ def _new_pool(url: str) -> tuple[str, AsyncConnectionPool, asyncio.Future[None]]
     return url, pool, asyncio.ensure_future(pool.open())
 
 
+def pg_conninfo(url: str) -> tuple[str, dict[str, Any]]:
+    """libpq's conninfo for a SQLAlchemy URL, and the limits every epochal connection carries
+    (connect and statement timeouts, keepalives: app.core.db.postgres_connect_args)."""
+    parsed = make_url(url)
+    options = parsed.query.get("options")
+    plain = parsed.set(drivername="postgresql").difference_update_query(["options"])
+    limits = db.postgres_connect_args(get_settings(), options)
+    return plain.render_as_string(hide_password=False), limits
+
+
 async def _check_when_idle(conn: AsyncConnection[Any]) -> None:
-    """Ping a connection only after it sat idle a while (as app.core.db does for its pool): a
-    dead one fails here, and the pool hands out another instead of failing the request."""
+    """Ping a connection the server closed (its goodbye is waiting on the socket) or that sat
+    idle a while, as app.core.db does for its pool: a dead one fails here, and the pool hands
+    out another instead of failing the request."""
     idle_since = _last_used.get(conn)
-    if idle_since is None or time.monotonic() - idle_since >= db.PING_AFTER_IDLE_SECONDS:
+    idle_long = idle_since is None or time.monotonic() - idle_since >= db.PING_AFTER_IDLE_SECONDS
+    if idle_long or db.has_input(conn):
         await conn.execute("")
 
 

@@ -104,7 +104,7 @@ def _ping_when_idle(engine: Engine) -> None:
         if idle_since is None:  # new: it has just connected
             return
         idle_long = time.monotonic() - idle_since >= PING_AFTER_IDLE_SECONDS
-        if not idle_long and not _has_input(dbapi_conn):
+        if not idle_long and not has_input(dbapi_conn):
             return
         try:
             engine.dialect.do_ping(dbapi_conn)
@@ -112,7 +112,7 @@ def _ping_when_idle(engine: Engine) -> None:
             raise DisconnectionError(f"stale connection: {exc}") from exc
 
 
-def _has_input(dbapi_conn: Any) -> bool:
+def has_input(dbapi_conn: Any) -> bool:
     """Whether an idle connection's socket has something to read: between our requests the
     server only writes when it closes the connection (we never LISTEN)."""
     try:

@@ -24,6 +24,8 @@ from typing import Protocol
 import psycopg
 from sqlalchemy.engine import make_url
 
+from app.core.async_db import pg_conninfo
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "epochal_events"  # the channel migration 0005's triggers notify
@@ -58,14 +60,13 @@ class PgListener:
     """LISTEN on a connection of this process's own; reconnects with a growing delay."""
 
     def __init__(self, url: str) -> None:
-        plain = make_url(url).set(drivername="postgresql")
-        self.conninfo = plain.render_as_string(hide_password=False)
+        self.conninfo, self.limits = pg_conninfo(url)
         self.live = False
         self.connects = 0  # how many times LISTEN was (re)established
 
     async def connect(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         return await psycopg.AsyncConnection.connect(
-            self.conninfo, autocommit=True, application_name=APPLICATION_NAME
+            self.conninfo, autocommit=True, application_name=APPLICATION_NAME, **self.limits
         )
 
     async def run(self, wake: Wake) -> None:
