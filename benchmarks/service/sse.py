@@ -19,8 +19,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
+import uvloop
 from sqlalchemy import insert
 
 from app.domain.tables import EpochMetric
@@ -31,66 +32,67 @@ from benchmarks.service.stack import engine_for, running
 
 
 async def follow(
-    http: httpx.AsyncClient,
+    url: str,
+    key: str,
     job_id: str,
     stop_at: float,
-    lags: list[float],
-    received: list[float],
-    ready: list[int],
-    errors: list[str],
+    out: dict[str, list[Any]],
 ) -> None:
-    """One subscriber: read the stream, note each epoch's lag, stop at stop_at."""
+    """One subscriber: read the stream, note each epoch's lag, stop at stop_at.
+
+    A bare HTTP/1.1 reader (as benchmarks.service.loadgen): 200 httpx streams in one process
+    spent tens of milliseconds parsing each burst of events, which the lag then showed. Lines
+    are read as they come; the chunked framing's size lines never start with a field name."""
+    parts = urlsplit(url)
     try:
-        async with http.stream("GET", f"/v1/jobs/{job_id}/events") as response:
-            response.raise_for_status()
-            ready.append(1)
-            kind = ""
-            async for line in response.aiter_lines():
-                if time.time() >= stop_at:
-                    return
-                if line.startswith("event:"):
-                    kind = line[6:].strip()
-                elif line.startswith("data:") and kind == "epoch":
-                    recorded = datetime.fromisoformat(json.loads(line[5:])["recorded_at"])
-                    if recorded.tzinfo is None:
-                        recorded = recorded.replace(tzinfo=UTC)
-                    now = datetime.now(UTC)
-                    lags.append((now - recorded).total_seconds() * 1000)
-                    received.append(now.timestamp())
-    except httpx.HTTPError as exc:
-        errors.append(type(exc).__name__ + ": " + str(exc)[:80])
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    except OSError as exc:
+        out["errors"].append(f"connect: {exc}")
+        return
+    try:
+        request = f"GET /v1/jobs/{job_id}/events HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        writer.write(f"{request}Authorization: Bearer {key}\r\n\r\n".encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.split(b" ", 2)[1] != b"200":
+            out["errors"].append(head.split(b"\r\n", 1)[0].decode())
+            return
+        out["ready"].append(1)
+        kind = b""
+        while time.time() < stop_at:
+            line = await reader.readline()
+            if not line:
+                return
+            if line.startswith(b"event:"):
+                kind = line[6:].strip()
+            elif line.startswith(b"data:") and kind == b"epoch":
+                recorded = datetime.fromisoformat(json.loads(line[5:])["recorded_at"])
+                if recorded.tzinfo is None:
+                    recorded = recorded.replace(tzinfo=UTC)
+                now = datetime.now(UTC)
+                out["lags"].append((now - recorded).total_seconds() * 1000)
+                out["received"].append(now.timestamp())
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        out["errors"].append(f"{type(exc).__name__}: {str(exc)[:80]}")
+    finally:
+        writer.close()
 
 
 async def subscribe(url: str, key: str, jobs: list[str], per_job: int, seconds: float) -> dict:  # type: ignore[type-arg]
-    clients = len(jobs) * per_job
-    limits = httpx.Limits(max_connections=clients + 1, max_keepalive_connections=clients + 1)
-    headers = {"Authorization": f"Bearer {key}"}
-    lags: list[float] = []
-    received: list[float] = []
-    ready: list[int] = []
-    errors: list[str] = []
-    timeout = httpx.Timeout(30, read=None)
-    async with httpx.AsyncClient(
-        base_url=url, headers=headers, limits=limits, timeout=timeout
-    ) as http:
-        stop_at = time.time() + seconds
-        tasks = [
-            follow(http, job, stop_at, lags, received, ready, errors)
-            for job in jobs
-            for _ in range(per_job)
-        ]
-        try:  # a stream that went quiet must not hold the result back
-            await asyncio.wait_for(asyncio.gather(*tasks), seconds + 10)
-        except TimeoutError:
-            pass
-    ordered = sorted(lags)
+    out: dict[str, list[Any]] = {"lags": [], "received": [], "ready": [], "errors": []}
+    stop_at = time.time() + seconds
+    tasks = [follow(url, key, job, stop_at, out) for job in jobs for _ in range(per_job)]
+    try:  # a stream that went quiet must not hold the result back
+        await asyncio.wait_for(asyncio.gather(*tasks), seconds + 10)
+    except TimeoutError:
+        pass
+    ordered, received, errors = sorted(out["lags"]), out["received"], out["errors"]
     return {
-        "subscribers": len(ready),
+        "subscribers": len(out["ready"]),
         "errors": len(errors),
         "first_error": errors[0] if errors else "",
         "events": len(ordered),
         # over the time events flowed (the writer starts 2 s after the subscribers)
-        "events_per_s": len(ordered) / max(max(received) - min(received), 1e-9) if lags else 0.0,
+        "events_per_s": len(ordered) / max(max(received) - min(received), 1e-9) if ordered else 0.0,
         "lag_p50_ms": percentile(ordered, 50),
         "lag_p99_ms": percentile(ordered, 99),
     }
@@ -148,7 +150,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     args = parser.parse_args()
     jobs = json.loads(args.jobs.read_text())
-    result = asyncio.run(subscribe(args.url, args.key, jobs, args.per_job, args.seconds))
+    result = uvloop.run(subscribe(args.url, args.key, jobs, args.per_job, args.seconds))
     print(json.dumps(result), flush=True)
 
 
