@@ -7,8 +7,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 PYTEST_ARGS ?=
+# Tests side by side, a module per process: most of a test's time is waiting on the processes
+# it started (API, worker, training child), so two at a time fit two cores. TEST_JOBS=1: serial.
+TEST_JOBS ?= 2
 
-.PHONY: install run test lint bench bench-gpu clean data
+.PHONY: install run test lint bench bench-gpu gpu-smoke clean data
 
 install: $(STAMP) data
 
@@ -37,7 +40,7 @@ run: install
 	$(BIN)/epochal up
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check app worker client migrations tools tests benchmarks
@@ -48,6 +51,11 @@ bench: install
 
 bench-gpu: install
 	$(BIN)/python -m benchmarks.gpu
+
+# The GPU path through the real service (every precision, all GPUs): a few minutes; says so
+# and exits 0 where there is no GPU.
+gpu-smoke: install
+	$(BIN)/python -m benchmarks.gpu_smoke
 
 clean:
 	rm -rf $(VENV) .epochal .pytest_cache test-artifacts

@@ -34,11 +34,24 @@ def alembic_config():  # type: ignore[no-untyped-def]
     return config
 
 
+def refuse_unsafe_production() -> None:
+    """With EPOCHAL_PRODUCTION set, stop before serving on settings anyone could guess."""
+    from app.core.production import production_problems
+
+    problems = production_problems(get_settings())
+    for problem in problems:
+        typer.echo(f"epochal: refusing to start (EPOCHAL_PRODUCTION is set): {problem}", err=True)
+    if problems:
+        typer.echo("set strong passwords (DEPLOY.md, section 1) and start again", err=True)
+        raise typer.Exit(2)
+
+
 @cli.command()
 def migrate(revision: Annotated[str, typer.Argument(help="target revision")] = "head") -> None:
     """Apply the Alembic migrations to the configured database."""
     from alembic import command
 
+    refuse_unsafe_production()
     settings = get_settings()
     settings.resolved_home.mkdir(parents=True, exist_ok=True)
     command.upgrade(alembic_config(), revision)
@@ -62,6 +75,7 @@ def api(
     workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
 ) -> None:
     """Serve the HTTP API with uvicorn."""
+    refuse_unsafe_production()
     import uvicorn
 
     from app.core.log_setup import uvicorn_log_config
@@ -108,6 +122,7 @@ def worker_argv(gpus: int, name: str | None) -> list[str]:
 @cli.command()
 def worker(name: Annotated[str | None, typer.Option(help="Celery node name")] = None) -> None:
     """Run a Celery worker for the GPUs in EPOCHAL_WORKER_GPUS or CUDA_VISIBLE_DEVICES."""
+    refuse_unsafe_production()
     os.execv(sys.executable, worker_argv(len(get_settings().worker_gpu_ids), name))
 
 
@@ -143,7 +158,7 @@ def keys_list() -> None:
 
 @keys.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id shown by keys list")]) -> None:
-    """Revoke a key: requests with it get 401 from now on."""
+    """Revoke a key: requests with it get 401 within a second (API processes cache keys 1 s)."""
     from app.core.db import session_scope
     from app.domain.keys import revoke
 

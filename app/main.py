@@ -24,6 +24,7 @@ from app.api.routes import (
     ui,
     workers,
 )
+from app.core.async_db import close_pool
 from app.core.config import get_settings
 from app.observability.telemetry import RequestMetrics
 from app.services.maintenance import MaintenanceThread
@@ -39,6 +40,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         thread.stop()
+        await close_pool()
 
 
 def create_app() -> FastAPI:

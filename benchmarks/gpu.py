@@ -15,6 +15,7 @@ from typing import Any
 from benchmarks import machine
 
 BATCH, EPOCHS = 1024, 4
+FRAMEWORKS = ("pytorch", "tensorflow")
 MODELS: dict[str, dict[str, Any]] = {
     "pytorch-seed-mlp": {"type": "mlp", "hidden_units": [128]},
     "tensorflow-seed-mlp": {"type": "mlp", "hidden_units": [128, 64]},
@@ -22,23 +23,30 @@ MODELS: dict[str, dict[str, Any]] = {
 }
 
 
-def gpu_name(framework: str) -> str | None:
-    """The name of GPU 0 as `framework` sees it, or None (each probed in its own process)."""
+def gpu_names(framework: str) -> list[str]:
+    """The GPUs `framework` sees, by name; empty without one (each probed in its own process)."""
     try:
         if framework == "pytorch":
             import torch
 
-            return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+            if not torch.cuda.is_available():
+                return []
+            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
 
         gpus = tf.config.list_physical_devices("GPU")
-        if not gpus:
-            return None
-        details = tf.config.experimental.get_device_details(gpus[0])
-        return str(details.get("device_name", gpus[0].name))
+        details = [tf.config.experimental.get_device_details(gpu) for gpu in gpus]
+        return [str(d.get("device_name", gpu.name)) for d, gpu in zip(details, gpus, strict=True)]
     except ImportError:
-        return None
+        return []
+
+
+def visible_gpus(frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, list[str]]:
+    """Each framework's GPUs, probed in a fresh process each: CUDA started here would stay."""
+    from benchmarks.training.suite import run_case
+
+    return {f: run_case("--probe", f, module="benchmarks.gpu")["devices"] for f in frameworks}
 
 
 def case(framework: str, model: str, precision: str) -> dict[str, Any]:
@@ -58,8 +66,7 @@ def main() -> int:
     print(f"machine: {machine.describe()}", flush=True)
     from benchmarks.training.suite import bench, run_case
 
-    probes = {f: run_case("--probe", f, module="benchmarks.gpu") for f in ("pytorch", "tensorflow")}
-    devices = {f: str(probe["device"]) for f, probe in probes.items() if probe["device"]}
+    devices = {f: names[0] for f, names in visible_gpus().items() if names}
     if not devices:
         print("no GPU visible to PyTorch or TensorFlow here: nothing to measure (exit 0)")
         return 0
@@ -79,7 +86,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--probe"]:
-        print("RESULT " + json.dumps({"device": gpu_name(sys.argv[2])}))
+        print("RESULT " + json.dumps({"devices": gpu_names(sys.argv[2])}))
     elif sys.argv[1:2] == ["--case"]:
         print("RESULT " + json.dumps(case(*sys.argv[2:5])))
     else:

@@ -15,6 +15,10 @@ def run_migrations_online() -> None:
     url = context.config.get_main_option("sqlalchemy.url") or get_settings().sqlalchemy_url
     engine = make_engine(url)
     with engine.connect() as connection:
+        if connection.dialect.name == "postgresql":  # a migration may rewrite a big table
+            connection.exec_driver_sql("SET statement_timeout = 0")
+            connection.exec_driver_sql("SET idle_in_transaction_session_timeout = 0")
+            connection.commit()  # session settings stay; alembic then owns the transaction
         context.configure(
             connection=connection,
             target_metadata=target_metadata,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    PARALLEL_TESTS,
     PG_ADMIN,
     REDIS,
     TIME_SCALE,
@@ -28,7 +29,11 @@ from tests.helpers import (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """pytest-timeout's limits (pyproject's `timeout`, --timeout, a marker's) times TIME_SCALE."""
+    """Long modules first when tests run side by side; pytest-timeout's limits times TIME_SCALE."""
+    if PARALLEL_TESTS > 1:
+        # xdist hands out whole modules (--dist loadfile) in this order: the long ones (real
+        # services, packaging) first, so the many short ones fill in around them at the end.
+        items.sort(key=lambda item: not item.nodeid.startswith(("tests/e2e/", "tests/packaging/")))
     if TIME_SCALE == 1:
         return
     default = float(config.getoption("timeout", None) or config.getini("timeout") or 0)

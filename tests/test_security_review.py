@@ -72,3 +72,18 @@ def test_a_job_cannot_name_a_file() -> None:
     dataset = JobSpec.model_json_schema()["$defs"]["DatasetSpec"]["properties"]
     assert not {"path", "url", "file", "uri", "dir"} & set(dataset)
     assert dataset["id"]["anyOf"][0]["pattern"] == "^[A-Za-z0-9-]+$"
+
+
+def test_key_digests_are_compared_in_constant_time() -> None:
+    """P43: the stored digest meets the presented one only in hmac.compare_digest, never `==`."""
+    path = ROOT / "app" / "domain" / "keys.py"
+    compared = [c for c in calls(path) if name_of(c) == "hmac.compare_digest"]
+    # the key row's digest, and the cached copy of it (app.domain.keys.CachedKey)
+    stored = {ast.unparse(c.args[0]) for c in compared}
+    assert stored and stored <= {"row.secret_hash", "self.secret_hash"}
+    equalities = [
+        ast.unparse(node)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Compare) and "secret_hash" in ast.unparse(node)
+    ]
+    assert equalities == []

@@ -8,8 +8,9 @@ Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them 
   it, with no sign of the OOM killer: worker.supervisor.oom), child_crashed (it exited
   without reporting, e.g. an import error on this worker);
 - final: non_finite_loss, invalid_data, invalid_config, out_of_memory (also a SIGKILL with the
-  OOM killer's evidence), timeout,
-  queue_timeout, internal_error (an unexpected exception: a retry would meet it again);
+  OOM killer's evidence), timeout, queue_timeout, disk_full (a checkpoint or model write found
+  the artifacts disk full: the last good checkpoint stays, a retry would fill it again),
+  internal_error (an unexpected exception: a retry would meet it again);
 - worker_shutdown: its worker was shutting down and stopped the attempt at a step boundary,
   after a checkpoint; it is nobody's failure, so max_restarts does not bound it.
 Retrying only what a retry can fix stops an OOM-ing or NaN-ing spec from looping (P3, P37).
@@ -17,6 +18,7 @@ Retrying only what a retry can fix stops an OOM-ing or NaN-ing spec from looping
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -43,6 +45,22 @@ RETRYABLE = frozenset(
         ErrorCode.worker_shutdown,
     }
 )
+
+
+FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class DiskFull(OSError):
+    """A write failed because its filesystem is full, whatever the writing library raised
+    (PyTorch's zip writer says "unexpected pos", not ENOSPC): the job ends disk_full."""
+
+    def __init__(self, folder: Path, cause: BaseException) -> None:
+        why = f"{type(cause).__name__}: {cause}"
+        super().__init__(errno.ENOSPC, f"no space left on the device holding {folder} ({why})")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in FULL_DISK_ERRNOS
 
 
 class JobConfigError(Exception):
@@ -76,6 +94,11 @@ class Outcome:
         cls, code: ErrorCode, message: str, stop_reason: StopReason = StopReason.error
     ) -> Outcome:
         return cls(JobStatus.failed, stop_reason, error_code=code, error=message)
+
+    @classmethod
+    def disk_full(cls, exc: BaseException) -> Outcome:
+        message = f"the worker's disk is full: {exc}; the last good checkpoint is kept"
+        return cls.failure(ErrorCode.disk_full, message, StopReason.disk_full)
 
 
 def outcome_path(workdir: Path, attempt: int) -> Path:

@@ -1,5 +1,5 @@
 """Dependencies shared by the routes: a DB session per request, the caller's key, job lookup,
-the check that a job may use its uploaded data set."""
+the check that a job may use its uploaded data set, and one-hop reads for the hot routes."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from app.core.async_db import fetch
 from app.core.db import DB_SLOTS, session_factory
 from app.domain import crud, datasets
 from app.domain.admission import admission_errors, sweep_admission_errors
-from app.domain.keys import verify
-from app.domain.tables import ID_CHARS, ApiKey, Job
+from app.domain.keys import KEY_ROW, KEYS, Caller, split
+from app.domain.tables import ID_CHARS, Job
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 
@@ -72,38 +73,53 @@ def _slots() -> asyncio.Semaphore:
 SessionDep = Annotated[Session, Depends(get_db)]
 
 
-def current_key(
-    session: SessionDep,
+async def current_key(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> ApiKey:
-    """The caller's live API key; 401 without one (missing, unknown or revoked)."""
-    key = verify(session, credentials.credentials) if credentials else None
-    if key is None:
+) -> Caller:
+    """The caller's live API key; 401 without one (missing, unknown or revoked).
+
+    On the event loop: the key's row comes from the in-process cache (app.domain.keys), read
+    from the database on a thread only when it is not there or is older than a second.
+    """
+    parts = split(credentials.credentials) if credentials else None
+    caller = None
+    if parts is not None:
+        key_id, secret = parts
+        row = KEYS.get(key_id)
+        if row is None:
+            found = await fetch(KEY_ROW, {"key_id": key_id})
+            row = KEYS.store(key_id, found[0] if found else None)
+        caller = row.check(key_id, secret) if row is not None else None
+    if caller is None:
         raise HTTPException(
             status_code=401,
             detail="a valid API key is required: Authorization: Bearer <key>",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return key
+    return caller
 
 
-CurrentKey = Annotated[ApiKey, Depends(current_key)]
+CurrentKey = Annotated[Caller, Depends(current_key)]
 
 
-def owner_filter(key: ApiKey) -> str | None:
+def owner_filter(key: Caller) -> str | None:
     """None for an admin (sees everything), else the key's id."""
     return None if key.is_admin else key.id
 
 
-def get_job_or_404(
-    session: SessionDep,
-    key: CurrentKey,
-    # Job ids are UUIDs: anything else (a NUL byte would make PostgreSQL fail) is a 422.
-    job_id: Annotated[str, Path(max_length=64, pattern=ID_CHARS)],
-) -> Job:
+def may_see(key: Caller, owner_id: str | None) -> bool:
+    """An admin sees every job; a key its own."""
+    return key.is_admin or owner_id == key.id
+
+
+# Job ids are UUIDs: anything else (a NUL byte would make PostgreSQL fail) is a 422.
+JobId = Annotated[str, Path(max_length=64, pattern=ID_CHARS)]
+
+
+def get_job_or_404(session: SessionDep, key: CurrentKey, job_id: JobId) -> Job:
     """The job if it exists and the caller may see it; another owner's job is a 404 too."""
     job = crud.get_job(session, job_id)
-    if job is None or (not key.is_admin and job.owner_id != key.id):
+    if job is None or not may_see(key, job.owner_id):
         raise HTTPException(status_code=404, detail=f"no job {job_id}")
     return job
 
@@ -111,7 +127,7 @@ def get_job_or_404(
 JobDep = Annotated[Job, Depends(get_job_or_404)]
 
 
-def check_job_dataset(session: Session, key: ApiKey, spec: JobSpec) -> None:
+def check_job_dataset(session: Session, key: Caller, spec: JobSpec) -> None:
     """422 naming dataset.id when the job's upload is missing, not the caller's, or unfit."""
     problem = datasets.problem_for_spec(session, spec, key)
     if problem is not None:

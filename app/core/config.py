@@ -23,6 +23,10 @@ class Settings(BaseSettings):
     home: Path = Field(Path(".epochal"), description="State directory of the embedded default.")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in home.")
     broker_url: str | None = Field(None, description="Celery broker; default filesystem in home.")
+    production: bool = Field(
+        False,
+        description="The server verbs refuse SQLite, the filesystem broker and default passwords.",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     data_dir: Path | None = Field(None, description="Where data sets and uploads live.")
@@ -58,6 +62,20 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Re-send queued jobs not picked up for this long."
     )
     maintenance_seconds: float = Field(5.0, gt=0, le=600)
+
+    # PostgreSQL connections (RELIABILITY.md §11): none of them may wait forever.
+    db_connect_timeout_seconds: int = Field(
+        10, ge=2, le=300, description="Give up opening a PostgreSQL connection after this."
+    )
+    db_statement_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="The server ends a statement (or a transaction left idle) running longer.",
+    )
+    db_keepalive_seconds: int = Field(
+        10, ge=1, le=600, description="TCP keepalive probe interval; 3 unanswered: dead."
+    )
 
     # Limits at the door.
     max_body_bytes: int = Field(1_000_000, ge=1024)

@@ -4,22 +4,31 @@ SQLite (the embedded default) is shared by the API, the worker and the training 
 readers run beside the writer, a busy timeout makes writers wait instead of failing, and
 BEGIN IMMEDIATE takes the write lock up front so a read-then-write never hits "database is locked"
 on the upgrade (RELIABILITY.md P40).
+
+PostgreSQL connections never wait forever: a connect timeout, a statement (and idle
+transaction) timeout on the server, and TCP keepalives; a pooled connection the server closed
+is replaced at checkout, and `retrying` rides out a restart (RELIABILITY.md §11).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.config import get_settings
+from app.core.config import Settings, get_settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Connections per process; API requests may hold DB_SLOTS of them at once (app.api.deps), the
 # rest are for the process's own background work (event poller, reaper, /metrics scrape).
@@ -28,6 +37,9 @@ DB_SLOTS = POOL_SIZE + POOL_OVERFLOW - 5
 
 _engines: dict[tuple[int, str], Engine] = {}
 _factories: dict[Engine, sessionmaker[Session]] = {}
+_readers: dict[Engine, Engine] = {}
+# An execution option of read_engine() on SQLite: begin no transaction (see _configure_sqlite).
+READ_ONLY = "epochal_read_only"
 _engines_lock = threading.Lock()
 
 
@@ -40,21 +52,47 @@ def make_engine(url: str) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    engine = create_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_recycle=1800)
+    engine = create_engine(
+        url,
+        pool_size=POOL_SIZE,
+        max_overflow=POOL_OVERFLOW,
+        pool_recycle=1800,
+        connect_args=postgres_connect_args(get_settings(), make_url(url).query.get("options")),
+    )
     _ping_when_idle(engine)
     return engine
 
 
+def postgres_connect_args(settings: Settings, options: Any = None) -> dict[str, Any]:
+    """libpq parameters so that no connection waits forever: connecting, a statement, a
+    transaction its client left open (it holds row locks the reaper needs), a dead peer."""
+    statement_ms = int(settings.db_statement_timeout_seconds * 1000)
+    keepalive = settings.db_keepalive_seconds
+    server = f"-c statement_timeout={statement_ms} "
+    server += f"-c idle_in_transaction_session_timeout={statement_ms}"
+    return {
+        "connect_timeout": settings.db_connect_timeout_seconds,
+        "keepalives": 1,
+        "keepalives_idle": keepalive,
+        "keepalives_interval": keepalive,
+        "keepalives_count": KEEPALIVE_PROBES,
+        # Data sent and never acknowledged (a peer gone mid-request) also ends the connection.
+        "tcp_user_timeout": (KEEPALIVE_PROBES + 1) * keepalive * 1000,
+        "options": f"{options} {server}" if isinstance(options, str) else server,
+    }
+
+
+KEEPALIVE_PROBES = 3  # unanswered keepalive probes before the kernel drops the connection
 # A connection that was used within this many seconds is trusted without a round trip.
 PING_AFTER_IDLE_SECONDS = 10.0
 
 
 def _ping_when_idle(engine: Engine) -> None:
-    """pool_pre_ping, but only for connections idle a while: a busy API would otherwise pay a
-    `SELECT 1` round trip on every request (~20 % of a metrics poll). A server restart is still
-    noticed on the first use after a quiet spell; one that lands between two busy requests
-    fails that request, and the pool then replaces every connection (SQLAlchemy invalidates
-    the pool on a disconnect error)."""
+    """pool_pre_ping, but only where it can find something: a busy API would otherwise pay a
+    `SELECT 1` round trip on every request (~20 % of a metrics poll). A connection the server
+    closed (a restart, pg_terminate_backend) has its goodbye waiting on the socket, which a
+    zero-timeout poll sees without a round trip, so it is pinged (and replaced) at once; one
+    idle a while is pinged too, for a peer that vanished without a word."""
 
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
@@ -63,12 +101,56 @@ def _ping_when_idle(engine: Engine) -> None:
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
         idle_since = record.info.get("idle_since")
-        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
+        if idle_since is None:  # new: it has just connected
+            return
+        idle_long = time.monotonic() - idle_since >= PING_AFTER_IDLE_SECONDS
+        if not idle_long and not _has_input(dbapi_conn):
             return
         try:
             engine.dialect.do_ping(dbapi_conn)
         except Exception as exc:  # the pool retries the checkout with a fresh connection
             raise DisconnectionError(f"stale connection: {exc}") from exc
+
+
+def _has_input(dbapi_conn: Any) -> bool:
+    """Whether an idle connection's socket has something to read: between our requests the
+    server only writes when it closes the connection (we never LISTEN)."""
+    try:
+        poller = select.poll()
+        poller.register(dbapi_conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no socket any more: ping to find out
+        return True
+
+
+def transient(exc: BaseException) -> bool:
+    """A database failure a new connection may not meet: the server away or restarting, our
+    connection cut, a statement timeout."""
+    return isinstance(exc, OperationalError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+
+
+RETRY_FIRST_DELAY, RETRY_MAX_DELAY = 0.2, 2.0
+
+
+def retrying(action: Callable[[], T], within: float, what: str) -> T:
+    """`action()`, again after each transient failure with backoff, for at most `within` s.
+
+    Each try must open its own session (a fresh transaction), so only writes that are
+    idempotent or fenced by attempt belong here: a try whose commit was lost may have landed.
+    """
+    deadline, delay = time.monotonic() + within, RETRY_FIRST_DELAY
+    while True:
+        try:
+            return action()
+        except DBAPIError as exc:
+            if not transient(exc) or time.monotonic() + delay > deadline:
+                raise
+            reason = str(exc.orig or exc).strip().splitlines()[0]
+            log.warning("database unavailable (%s): %s; retrying in %.1fs", what, reason, delay)
+            time.sleep(delay)
+            delay = min(2 * delay, RETRY_MAX_DELAY)
 
 
 def tune_sqlite(engine: Engine) -> None:
@@ -89,6 +171,8 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get(READ_ONLY):
+            return  # each statement its own read transaction: no write lock taken
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
@@ -120,6 +204,23 @@ def session_factory() -> sessionmaker[Session]:
     return factory
 
 
+def read_engine() -> Engine:
+    """This process's engine for reads that need no transaction of their own: each statement
+    sees what is committed. On PostgreSQL it is autocommit (no BEGIN and ROLLBACK round trips);
+    on SQLite no BEGIN IMMEDIATE, so a read never takes the write lock. Same pool."""
+    engine = get_engine()
+    reader = _readers.get(engine)
+    if reader is None:
+        options: dict[str, Any] = (
+            {READ_ONLY: True}
+            if engine.dialect.name == "sqlite"
+            else {"isolation_level": "AUTOCOMMIT"}
+        )
+        with _engines_lock:
+            reader = _readers.setdefault(engine, engine.execution_options(**options))
+    return reader
+
+
 @contextmanager
 def session_scope() -> Iterator[Session]:
     """A session that commits on success and rolls back on error."""
@@ -138,3 +239,4 @@ def reset_engines() -> None:
         engine.dispose(close=False)
     _engines.clear()
     _factories.clear()
+    _readers.clear()

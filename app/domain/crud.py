@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from app.domain.paging import decode_cursor, encode_cursor
+from app.domain.job_reads import page_query
+from app.domain.paging import encode_cursor
 from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
 from app.domain.tables import ApiKey, Job, JobTransition, Worker, utcnow
 from app.schemas.job_spec import JobSpec
@@ -71,33 +72,11 @@ def transitions(session: Session, job_id: str) -> Sequence[JobTransition]:
     return session.scalars(query).all()
 
 
-def list_jobs(
-    session: Session,
-    *,
-    limit: int,
-    cursor: str | None = None,
-    status: str | None = None,
-    framework: str | None = None,
-    owner_id: str | None = None,
-    sweep_id: str | None = None,
-) -> tuple[list[Job], str | None]:
-    """Newest first; filters apply before paging so pages are never short for that reason."""
-    query = select(Job).order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)
-    if owner_id:
-        query = query.where(Job.owner_id == owner_id)
-    if status:
-        query = query.where(Job.status == status)
-    if framework:
-        query = query.where(Job.framework == framework)
-    if sweep_id:
-        query = query.where(Job.sweep_id == sweep_id)
-    if cursor:
-        created, job_id = decode_cursor(cursor)
-        # A row-value comparison: the index seeks to the cursor. The equivalent OR of two
-        # conditions made PostgreSQL walk the index from the newest job (8.9 ms vs 0.05 ms
-        # half way through 100k jobs).
-        query = query.where(tuple_(Job.created_at, Job.id) < tuple_(created, job_id))
-    jobs = list(session.scalars(query))
+def list_jobs(session: Session, *, limit: int, **filters: Any) -> tuple[list[Job], str | None]:
+    """A page of jobs as ORM objects (filters as app.domain.job_reads.page_query) and the next
+    page's cursor; the API's list serves job_reads.summaries instead."""
+    query, params = page_query(Job, limit=limit, **filters)
+    jobs = list(session.scalars(query, params))
     next_cursor = encode_cursor(jobs[limit - 1]) if len(jobs) > limit else None
     return jobs[:limit], next_cursor
 

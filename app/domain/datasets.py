@@ -7,15 +7,16 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.domain.keys import Caller
 from app.domain.states import ACTIVE, JobStatus
-from app.domain.tables import ApiKey, Dataset, Job
+from app.domain.tables import Dataset, Job
 from app.schemas.job_spec import JobSpec, check_model_for_data
 
 UNFINISHED = (JobStatus.queued, *ACTIVE)
 
 
 def get_visible(
-    session: Session, dataset_id: str, key: ApiKey, lock: bool = False
+    session: Session, dataset_id: str, key: Caller, lock: bool = False
 ) -> Dataset | None:
     """The data set if it exists and the key may use it (its owner, or an admin).
 
@@ -28,7 +29,7 @@ def get_visible(
     return session.scalars(query.with_for_update() if lock else query).first()
 
 
-def list_visible(session: Session, key: ApiKey, limit: int) -> Sequence[Dataset]:
+def list_visible(session: Session, key: Caller, limit: int) -> Sequence[Dataset]:
     """Newest first; a plain key sees its own uploads, an admin all of them."""
     query = select(Dataset).order_by(Dataset.created_at.desc(), Dataset.id).limit(limit)
     if not key.is_admin:
@@ -43,7 +44,7 @@ def unfinished_jobs_using(session: Session, dataset_id: str) -> list[str]:
     return list(session.scalars(query))
 
 
-def problem_for_spec(session: Session, spec: JobSpec, key: ApiKey) -> str | None:
+def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None:
     """Why the job cannot use its `dataset.id` (missing, not the caller's, wrong task, model
     does not fit), or None when it can or names a built-in data set."""
     dataset_id = spec.dataset.id

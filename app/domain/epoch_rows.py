@@ -57,13 +57,20 @@ def record_epoch(
     return True
 
 
-def drop_metrics_after(session: Session, job_id: str, epoch: int) -> int:
-    """Forget rows past a checkpoint; a resumed attempt writes them again."""
-    gone = session.execute(
+def drop_metrics_after(session: Session, job_id: str, attempt: int, epoch: int) -> int | None:
+    """Forget rows past a checkpoint (a resumed attempt writes them again), fenced by attempt
+    like record_epoch: None, and nothing deleted, when the job is not this attempt's. A lost
+    attempt whose delete arrived late would otherwise erase its successor's rows."""
+    owned = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
+        .values(current_epoch=epoch)
+    ).rowcount
+    if not owned:
+        return None
+    return session.execute(
         delete(EpochMetric).where(EpochMetric.job_id == job_id, EpochMetric.epoch > epoch)
     ).rowcount
-    session.execute(update(Job).where(Job.id == job_id).values(current_epoch=epoch))
-    return gone
 
 
 def read_metrics(

@@ -20,7 +20,12 @@ class Paged(Protocol):
 
 def encode_cursor(job: Paged) -> str:
     """The cursor of the page after `job`: its time and id, base64url JSON."""
-    raw = json.dumps([job.created_at.isoformat(), job.id]).encode()
+    return cursor_after(job.created_at, job.id)
+
+
+def cursor_after(created_at: datetime, row_id: str) -> str:
+    """The cursor of the page after the row made at `created_at` with this id."""
+    raw = json.dumps([created_at.isoformat(), row_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 

@@ -56,6 +56,7 @@ class StopReason(StrEnum):
     worker_lost = "worker_lost"
     queue_timeout = "queue_timeout"
     pruned = "pruned"  # a sweep's pruner ended the trial (the job succeeds)
+    disk_full = "disk_full"  # a checkpoint or model write found no space left (final)
     shutdown = "shutdown"  # the worker is shutting down: checkpoint, then re-queue (internal)
 
 
@@ -75,3 +76,4 @@ class ErrorCode(StrEnum):
     queue_timeout = "queue_timeout"
     internal_error = "internal_error"
     worker_shutdown = "worker_shutdown"
+    disk_full = "disk_full"

@@ -12,7 +12,7 @@ from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
-from app.domain import crud
+from app.domain.paging import decode_cursor, encode_cursor
 from app.domain.states import TERMINAL, JobStatus, SweepStatus
 from app.domain.tables import EpochMetric, Job, Sweep
 
@@ -33,10 +33,10 @@ def list_sweeps(
     if owner_id:
         query = query.where(Sweep.owner_id == owner_id)
     if cursor:
-        created, sweep_id = crud.decode_cursor(cursor)
+        created, sweep_id = decode_cursor(cursor)
         query = query.where(tuple_(Sweep.created_at, Sweep.id) < tuple_(created, sweep_id))
     rows = list(session.scalars(query))
-    next_cursor = crud.encode_cursor(rows[limit - 1]) if len(rows) > limit else None  # type: ignore[arg-type]
+    next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None  # type: ignore[arg-type]
     return rows[:limit], next_cursor
 
 

@@ -49,6 +49,8 @@ JOB_IN_BODY = re.compile(rb'^\{"id":"([A-Za-z0-9-]{1,64})"')
 
 def escaped(text: str) -> str:
     """Control characters as \\xNN escapes: a CR/LF in a path cannot forge a log line."""
+    if text.isprintable():  # the common case, in one C-level check
+        return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 

@@ -32,7 +32,7 @@ class JobPublic(BaseModel):
     stop_reason: str | None = Field(
         None,
         description="completed | early_stopping | cancelled | timeout | error | "
-        "non_finite_loss | worker_lost | queue_timeout | pruned",
+        "non_finite_loss | worker_lost | queue_timeout | pruned | disk_full",
     )
     attempt: int
     epochs: int = Field(description="epochs the spec asks for")

@@ -1,12 +1,20 @@
-"""Sending a queued job to the broker: commit first, then publish (RELIABILITY.md P11)."""
+"""Sending a queued job to the broker: commit first, then publish (RELIABILITY.md P11).
+
+While the broker is away a publish retries for seconds (queue.py's retry policy), so nothing
+holds a database session through it: the claim commits before, and a failed publish is undone
+in a short session of its own after. An API request gives its DB slot back before it
+publishes (`dispatch_new`), so other requests go on being served (RELIABILITY.md §3).
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
+from app.core.db import session_scope
 from app.domain import crud
 from app.domain.tables import Job
 from app.services.queue import send_train
@@ -24,17 +32,41 @@ class Sent(enum.Enum):
 
 def dispatch(session: Session, job: Job) -> Sent:
     """Publish the job's message once per round; the job stays queued whatever happens."""
+    if not claim(session, job):
+        return Sent.taken
+    return publish(job)
+
+
+def claim(session: Session, job: Job) -> bool:
+    """Take the right to send the job's message this round, committed (the row and its
+    dispatched_at are durable before the message exists); False if another process has it."""
     if not crud.claim_dispatch(session, job):
         session.rollback()
-        return Sent.taken
-    session.commit()  # the row (and its dispatched_at) is durable before the message exists
+        return False
+    session.commit()
+    return True
+
+
+def publish(job: Job) -> Sent:
+    """Send a claimed job's message, holding no database session while the broker retries."""
     try:
         send_train(job.id, job.queue)
     except Exception:  # the job stays queued; the reconciler sends it later
         log.warning("could not publish job %s; the reconciler will retry", job.id, exc_info=True)
         # Nothing was sent: clear dispatched_at so the next maintenance round tries again
         # at once instead of waiting dispatch_retry_seconds for a message that never existed.
-        crud.release_dispatch(session, job)
-        session.commit()
+        with session_scope() as session:
+            crud.release_dispatch(session, job)
         return Sent.broker_down
     return Sent.published
+
+
+def dispatch_new(jobs: Sequence[Job]) -> None:
+    """Send jobs just stored, for a caller that holds no session (an API request that gave
+    its DB slot back): each claim is a short session of its own. After one publish fails the
+    rest are left to the reconciler, so a down broker costs one retry, not one per job."""
+    for job in jobs:
+        with session_scope() as session:
+            claimed = claim(session, job)
+        if claimed and publish(job) is Sent.broker_down:
+            return

@@ -1,9 +1,11 @@
-"""Live job events (for SSE): one poller per API process fans database changes out to subscribers.
+"""Live job events (for SSE): one reader per API process fans database changes out to subscribers.
 
 The worker and the training child write transitions and metrics rows to the database, the source
 of truth in every deployment; the API streams them. However many clients follow a job, each API
-process reads the database once per interval for all the jobs being followed, then hands the new
-events to every subscriber in memory.
+process reads the database once per wake-up for all the jobs being followed, then hands the new
+events to every subscriber in memory. The database wakes it when something was committed
+(app.services.event_push: LISTEN/NOTIFY on PostgreSQL, the data version on SQLite); a poll at
+`interval` remains for while that is not live, and a slow one as a safety net.
 
 An event id is a cursor "T.A.E": the last transition id and the (attempt, epoch) of the last
 metrics row a client has seen. A client that reconnects with Last-Event-ID gets exactly what it
@@ -20,16 +22,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, or_, select
-from sqlalchemy.orm import Session
+import orjson
+from sqlalchemy import Row, and_, or_, select
+from sqlalchemy.engine import Connection
 
-from app.core.db import session_factory
+from app.core.config import get_settings
+from app.core.db import read_engine
 from app.domain.states import TERMINAL
 from app.domain.tables import METRIC_FIELDS, EpochMetric, JobTransition
 from app.observability.telemetry import EVENT_POLLS
+from app.services.event_push import Push, push_for
 
 log = logging.getLogger(__name__)
 CURSOR = re.compile(r"^(\d{1,18})\.(\d{1,9})\.(\d{1,9})$")
+# While the database pushes, the hub still reads this often (a safety net, not the way in).
+PUSH_FALLBACK_SECONDS = 5.0
+TRANSITIONS = JobTransition.__table__.c
+METRICS = EpochMetric.__table__.c
 
 
 @dataclass(frozen=True)
@@ -71,9 +80,10 @@ class Event:
     data: dict[str, Any]
     terminal: bool = False
     id: str = ""
+    payload: str = ""  # `data` as JSON, written once however many subscribers send it
 
 
-def _transition_event(row: JobTransition) -> Event:
+def _transition_event(row: Row[Any]) -> Event:
     data = {
         "job_id": row.job_id,
         "from_status": row.from_status,
@@ -85,35 +95,35 @@ def _transition_event(row: JobTransition) -> Event:
     return Event("transition", (row.id,), row.at, data, terminal=row.to_status in TERMINAL)
 
 
-def _epoch_event(row: EpochMetric) -> Event:
+def _epoch_event(row: Row[Any]) -> Event:
     data = {"job_id": row.job_id, "epoch": row.epoch, "attempt": row.attempt}
     data |= {name: getattr(row, name) for name in METRIC_FIELDS}
     data["recorded_at"] = row.recorded_at.isoformat()
     return Event("epoch", (row.attempt, row.epoch), row.recorded_at, data)
 
 
-def read_new(session: Session, cursors: Mapping[str, Cursor]) -> dict[str, list[Event]]:
+def read_new(conn: Connection, cursors: Mapping[str, Cursor]) -> dict[str, list[Event]]:
     """New events of each job after its cursor, in order, each with its resume id."""
     if not cursors:
         return {}
     # Transitions first: once a terminal transition is visible, every metrics row of the job
     # (committed before it) is visible to the second query, so no epoch is announced late.
-    transitions = session.scalars(
-        select(JobTransition)
+    transitions = conn.execute(
+        select(*TRANSITIONS)
         .where(
             or_(
                 *(
-                    and_(JobTransition.job_id == job, JobTransition.id > c.transition)
+                    and_(TRANSITIONS.job_id == job, TRANSITIONS.id > c.transition)
                     for job, c in cursors.items()
                 )
             )
         )
-        .order_by(JobTransition.id)
+        .order_by(TRANSITIONS.id)
     ).all()
-    rows = session.scalars(
-        select(EpochMetric)
+    rows = conn.execute(
+        select(*METRICS)
         .where(or_(*(_rows_after(job, c) for job, c in cursors.items())))
-        .order_by(EpochMetric.attempt, EpochMetric.epoch)
+        .order_by(METRICS.attempt, METRICS.epoch)
     ).all()
     found: dict[str, list[Event]] = {}
     for event in [*map(_transition_event, transitions), *map(_epoch_event, rows)]:
@@ -123,10 +133,10 @@ def read_new(session: Session, cursors: Mapping[str, Cursor]) -> dict[str, list[
 
 def _rows_after(job_id: str, cursor: Cursor) -> Any:
     return and_(
-        EpochMetric.job_id == job_id,
+        METRICS.job_id == job_id,
         or_(
-            EpochMetric.attempt > cursor.attempt,
-            and_(EpochMetric.attempt == cursor.attempt, EpochMetric.epoch > cursor.epoch),
+            METRICS.attempt > cursor.attempt,
+            and_(METRICS.attempt == cursor.attempt, METRICS.epoch > cursor.epoch),
         ),
     )
 
@@ -136,14 +146,17 @@ def _ordered(cursor: Cursor, events: list[Event]) -> list[Event]:
     out = []
     for event in sorted(events, key=lambda e: (e.terminal, e.at, e.kind != "transition")):
         cursor = cursor.after(event)
-        out.append(Event(event.kind, event.key, event.at, event.data, event.terminal, str(cursor)))
+        payload = orjson.dumps(event.data).decode()
+        out.append(
+            Event(event.kind, event.key, event.at, event.data, event.terminal, str(cursor), payload)
+        )
     return out
 
 
 def read_new_events(cursors: Mapping[str, Cursor]) -> dict[str, list[Event]]:
-    # A short session: on SQLite every transaction holds the write lock (BEGIN IMMEDIATE).
-    with session_factory()() as session:
-        return read_new(session, cursors)
+    # No transaction of its own: on SQLite a transaction would take the write lock.
+    with read_engine().connect() as conn:
+        return read_new(conn, cursors)
 
 
 @dataclass
@@ -167,14 +180,16 @@ class Feed:
 
 
 class EventHub:
-    """Per process and event loop: one polling task while anyone is subscribed."""
+    """Per process and event loop: one reading task while anyone is subscribed, woken by
+    `push` when it is live and polling every `interval` when it is not."""
 
     def __init__(
         self,
         interval: float,
         reader: Callable[[Mapping[str, Cursor]], dict[str, list[Event]]] = read_new_events,
+        push: Push | None = None,
     ) -> None:
-        self.interval, self.reader = interval, reader
+        self.interval, self.reader, self.push = interval, reader, push
         self.feeds: dict[str, Feed] = {}
         self.polls = 0
         self._task: asyncio.Task[None] | None = None
@@ -215,14 +230,26 @@ class EventHub:
             if feed.subscribers <= 0:
                 del self.feeds[job_id]
 
+    def _pushed(self, job_id: str | None) -> None:
+        if job_id is None or job_id in self.feeds:
+            self._wake.set()
+
     async def _run(self) -> None:
-        while self.feeds:
-            self._wake.clear()
-            await self._poll_once()
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            except TimeoutError:
-                pass
+        loop = asyncio.get_running_loop()
+        pushing = loop.create_task(self.push.run(self._pushed)) if self.push else None
+        try:
+            while self.feeds:
+                self._wake.clear()
+                await self._poll_once()
+                live = self.push is not None and self.push.live
+                interval = max(self.interval, PUSH_FALLBACK_SECONDS) if live else self.interval
+                try:
+                    await asyncio.wait_for(self._wake.wait(), interval)
+                except TimeoutError:
+                    pass
+        finally:
+            if pushing is not None:  # nobody follows a job: no connection is kept listening
+                pushing.cancel()
 
     async def _poll_once(self) -> None:
         cursors = {job: feed.cursor for job, feed in self.feeds.items() if not feed.ended}
@@ -250,5 +277,5 @@ def get_hub(interval: float) -> EventHub:
     for stale in [other for other in _hubs if other.is_closed()]:
         del _hubs[stale]
     if loop not in _hubs:
-        _hubs[loop] = EventHub(interval)
+        _hubs[loop] = EventHub(interval, push=push_for(get_settings().sqlalchemy_url))
     return _hubs[loop]

@@ -21,8 +21,10 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import make_url
+
 from app.core.config import get_settings
-from app.core.db import tune_sqlite
+from app.core.db import postgres_connect_args, tune_sqlite
 from app.domain.sweep_space import grid_values
 from app.schemas.sweep import CategoricalDist, IntDist, LogUniformDist, SweepSpec
 
@@ -53,9 +55,14 @@ def storage(create_tables: bool = False) -> Any:
             return found
         optuna = _optuna()
         sqlite = url.startswith("sqlite")
+        # PostgreSQL: the timeouts and keepalives of epochal's own connections (RELIABILITY.md
+        # §11); and a connection the server dropped is replaced before use.
+        options = make_url(url).query.get("options")
+        connect = postgres_connect_args(get_settings(), options)
+        postgres = {"pool_pre_ping": True, "connect_args": connect}
         made = optuna.storages.RDBStorage(
             url,
-            engine_kwargs={"connect_args": {"timeout": 30}} if sqlite else {"pool_pre_ping": True},
+            engine_kwargs={"connect_args": {"timeout": 30}} if sqlite else postgres,
             skip_compatibility_check=True,
             skip_table_creation=not create_tables,
         )

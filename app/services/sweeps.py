@@ -57,8 +57,9 @@ def trial_limit(spec: SweepSpec) -> int:
     return spec.max_trials if points is None else min(spec.max_trials, points)
 
 
-def submit(session: Session, spec: SweepSpec, owner_id: str | None) -> Sweep:
-    """Store the sweep, make its study, queue its first trials."""
+def submit(session: Session, spec: SweepSpec, owner_id: str | None) -> tuple[Sweep, list[Job]]:
+    """Store the sweep, make its study, store its first trials: the caller publishes those
+    (dispatch_new) once it holds no session (a submit during a broker outage)."""
     from app.core.config import get_settings
 
     url = get_settings().sqlalchemy_url
@@ -68,12 +69,12 @@ def submit(session: Session, spec: SweepSpec, owner_id: str | None) -> Sweep:
         _tables_ready.add(url)
     sweep = rows.create_sweep(session, spec.name, spec.model_dump(mode="json"), owner_id)
     session.commit()
-    top_up(session, sweep.id)
-    return sweep
+    return sweep, top_up(session, sweep.id, publish=False)
 
 
-def top_up(session: Session, sweep_id: str) -> list[str]:
-    """Tell Optuna the ended trials; queue new ones up to the limits. The new jobs' ids."""
+def top_up(session: Session, sweep_id: str, publish: bool = True) -> list[Job]:
+    """Tell Optuna the ended trials; queue new ones up to the limits (published unless
+    `publish` is False). The new jobs."""
     launched: list[Job] = []
     with rows.locked(session, sweep_id) as sweep:
         if sweep is None:
@@ -100,9 +101,9 @@ def top_up(session: Session, sweep_id: str) -> list[str]:
         if status != SweepStatus.running and not active and sweep.finished_at is None:
             sweep.finished_at = utcnow()
         session.commit()
-    for job in launched:
+    for job in launched if publish else ():
         dispatch(session, job)  # a failed publish leaves it queued for the reconciler
-    return [job.id for job in launched]
+    return launched
 
 
 def _tell_ended(study: Any, ended: Sequence[Job], values: dict[str, float], by_number: Any) -> None:

@@ -15,6 +15,9 @@ from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
 from benchmarks.service.sweeps import bench_sweeps
 
+# PostgreSQL + Redis (production), then SQLite + the filesystem broker (the embedded default).
+KINDS = ("postgres", "sqlite")
+
 
 def bench_latency(report: Report, jobs: int) -> None:
     for kind in ("postgres", "sqlite"):
@@ -32,34 +35,57 @@ def bench_latency(report: Report, jobs: int) -> None:
         )
 
 
-def bench_polling(report: Report, quick: bool) -> None:
+def bench_polling(report: Report, quick: bool, kinds: tuple[str, ...] = KINDS) -> None:
     jobs, epochs, seconds = (100, 100, 5) if quick else (1000, 1000, 20)
-    with bench_env("postgres") as env:
-        results = polling.run_polling(
-            env, api_workers=2, clients=200, seconds=seconds, jobs=jobs, epochs=epochs
-        )
-    setup = f"200 clients x 1/s, {jobs}x{epochs} rows, 2 uvicorn workers, PostgreSQL"
-    poll = results["metrics_poll"]
-    report.add("metrics_poll_p99_ms", poll["p99_ms"], "ms", setup)
-    report.add("metrics_poll_p50_ms", poll["p50_ms"], "ms", setup)
-    report.add("metrics_poll_rps", poll["rps"], "req/s", f"errors {poll['errors']}")
-    half = results["metrics_poll_half"]
-    report.add("metrics_poll_p99_ms_100_clients", half["p99_ms"], "ms", "half the load")
-    report.add("metrics_poll_p50_ms_100_clients", half["p50_ms"], "ms", "half the load")
-    report.add(
-        "metrics_max_rps", results["metrics_saturation"]["rps"], "req/s", "32 clients back to back"
-    )
-    with bench_env("postgres") as env:
-        stream = sse.run_sse(env, jobs=20, per_job=10, seconds=5 if quick else 15)
-    setup = f"{stream['subscribers']} subscribers on 20 running jobs, 1 epoch/job/0.5 s"
-    setup += f", {stream['errors']} errors {stream['first_error']}".rstrip()
-    report.add("sse_events_per_s", stream["events_per_s"], "events/s", setup)
-    report.add("sse_lag_p50_ms", stream["lag_p50_ms"], "ms", "row commit to client")
-    report.add("sse_lag_p99_ms", stream["lag_p99_ms"], "ms", "poll interval 0.5 s")
-    running_list = results["running_list_poll"]
-    report.add(
-        "running_list_poll_p99_ms", running_list["p99_ms"], "ms", "GET /v1/jobs?status=running"
-    )
+    for kind in kinds:
+        with bench_env(kind) as env:
+            results = polling.run_polling(
+                env, api_workers=2, clients=200, seconds=seconds, jobs=jobs, epochs=epochs
+            )
+        tag = "" if kind == "postgres" else "_embedded"
+        setup = f"200 clients x 1/s, {jobs}x{epochs} rows, 2 uvicorn workers, {kind}"
+        poll = results["metrics_poll"]
+        report.add(f"metrics_poll_p99_ms{tag}", poll["p99_ms"], "ms", setup)
+        report.add(f"metrics_poll_p50_ms{tag}", poll["p50_ms"], "ms", setup)
+        report.add(f"metrics_poll_rps{tag}", poll["rps"], "req/s", f"errors {poll['errors']}")
+        half = results["metrics_poll_half"]
+        report.add(f"metrics_poll_p99_ms_100_clients{tag}", half["p99_ms"], "ms", "half the load")
+        report.add(f"metrics_poll_p50_ms_100_clients{tag}", half["p50_ms"], "ms", "half the load")
+        saturation = results["metrics_saturation"]
+        report.add(f"metrics_max_rps{tag}", saturation["rps"], "req/s", "32 clients back to back")
+        running_list = results["running_list_poll"]
+        route = "GET /v1/jobs?status=running, 50 a page"
+        report.add(f"running_list_poll_p99_ms{tag}", running_list["p99_ms"], "ms", route)
+        report.add(f"running_list_poll_p50_ms{tag}", running_list["p50_ms"], "ms", route)
+        idle = results["idle"]["ms_per_s"]
+        report.add(f"api_idle_cpu_ms_per_s{tag}", idle, "ms/s", "2 workers serving nothing")
+        for phase, route in CPU_ROUTES.items():
+            result = results[phase]
+            note = f"{route}; load generator {result['client_cpu_us_per_request']:.0f} us/request"
+            report.add(f"api_cpu_us_per_{phase}{tag}", result["api_cpu_us_per_request"], "us", note)
+
+
+# The load phase whose API CPU is charged to each route.
+CPU_ROUTES = {
+    "metrics_poll": "GET /v1/jobs/{id}/metrics?since_epoch, 200 clients x 1/s",
+    "metrics_saturation": "the same, 32 clients back to back",
+    "running_list_poll": "GET /v1/jobs?status=running, 200 clients x 1/s",
+    "job_read": "GET /v1/jobs/{id}, 100 clients x 1/s",
+}
+
+
+def bench_sse(report: Report, quick: bool, kinds: tuple[str, ...] = KINDS) -> None:
+    for kind in kinds:
+        with bench_env(kind) as env:
+            stream = sse.run_sse(env, jobs=20, per_job=10, seconds=5 if quick else 15)
+        tag = "" if kind == "postgres" else "_embedded"
+        setup = f"{stream['subscribers']} subscribers on 20 running jobs, 1 epoch/job/0.5 s"
+        setup += f", {kind}, {stream['errors']} errors {stream['first_error']}".rstrip()
+        report.add(f"sse_events_per_s{tag}", stream["events_per_s"], "events/s", setup)
+        report.add(f"sse_lag_p50_ms{tag}", stream["lag_p50_ms"], "ms", "row commit to client")
+        report.add(f"sse_lag_p99_ms{tag}", stream["lag_p99_ms"], "ms", "row commit to client")
+        note = "API CPU while streaming, per event delivered"
+        report.add(f"api_cpu_us_per_sse_event{tag}", stream["api_cpu_us_per_event"], "us", note)
 
 
 def bench_growth(report: Report, quick: bool) -> None:
@@ -114,16 +140,20 @@ def bench_predict(report: Report, quick: bool) -> None:
     report.add("predict_baseline_get_job_p50_ms", result["get_job_p50_ms"], "ms", baseline)
 
 
-STEPS = ("latency", "overhead", "polling", "growth", "predict", "sweeps", "pruning")
+STEPS = ("latency", "overhead", "polling", "sse", "growth", "predict", "sweeps", "pruning")
 
 
-def run(quick: bool, only: str | None = None) -> Report:
-    """Every service benchmark (or one), BENCH lines as results arrive; the report."""
+def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) -> Report:
+    """Every service benchmark (or one), BENCH lines as results arrive; the report.
+
+    `kinds` narrows the polling and SSE steps to one database.
+    """
     report = Report()
     steps = {
         "latency": lambda: bench_latency(report, 10 if quick else 50),
         "overhead": lambda: bench_overhead(report, quick),
-        "polling": lambda: bench_polling(report, quick),
+        "polling": lambda: bench_polling(report, quick, kinds),
+        "sse": lambda: bench_sse(report, quick, kinds),
         "growth": lambda: bench_growth(report, quick),
         "sweeps": lambda: bench_sweeps(report, quick),
         "pruning": lambda: bench_pruning(report, quick),
@@ -139,9 +169,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="benchmarks.service")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--only", choices=STEPS, default=None)
+    parser.add_argument("--db", choices=KINDS, default=None, help="polling and sse on one only")
     args = parser.parse_args()
     print(f"machine: {machine()}", flush=True)
-    report = run(args.quick, args.only)
+    report = run(args.quick, args.only, (args.db,) if args.db else KINDS)
     print()
     print(report.table(f"epochal service benchmarks ({machine()})"))
 

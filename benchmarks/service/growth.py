@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import httpx
 
-from app.domain.crud import encode_cursor
+from app.domain.paging import encode_cursor
 from benchmarks.service.seed import BASE_TIME, insert_jobs, insert_metrics
 from benchmarks.service.stack import engine_for, running
 

@@ -9,8 +9,10 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+from benchmarks.service.cpu import group_cpu_seconds
 from benchmarks.service.seed import insert_jobs, insert_metrics
 from benchmarks.service.stack import engine_for, running
 from tests.helpers import Service
@@ -44,9 +46,24 @@ def load(
         "--seconds",
         str(seconds),
     ]
+    api = service.processes["api"].pid  # the API's session leader: its group is master + workers
+    cpu_before = group_cpu_seconds(api)
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    cpu = group_cpu_seconds(api) - cpu_before
     Path(f.name).unlink()
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    # Everything the API processes did while the phase ran, charged to its requests.
+    result["api_cpu_us_per_request"] = cpu * 1e6 / max(result["requests"], 1)
+    return result
+
+
+def idle_cpu(service: Service, seconds: float) -> dict[str, float]:
+    """What the API processes spend serving nothing (ticks, maintenance), ms of CPU per s:
+    part of every phase's CPU per request below."""
+    api = service.processes["api"].pid
+    before = group_cpu_seconds(api)
+    time.sleep(seconds)
+    return {"ms_per_s": (group_cpu_seconds(api) - before) * 1000 / seconds}
 
 
 def metric_paths(job_ids: list[str], epochs: int, count: int = 2000) -> list[str]:
@@ -66,15 +83,19 @@ def run_polling(
     jobs: int = 1000,
     epochs: int = 1000,
 ) -> dict[str, dict[str, float]]:
+    """Each phase's load result, API CPU per request included; one route per phase."""
     finished, _ = seed_big(env, jobs, epochs)
     results = {}
     with running(env, api_workers=api_workers) as service:
         metrics = metric_paths(finished, epochs)
         load(service, metrics[:50], 10, 0, 2)  # warm caches and connections
+        results["idle"] = idle_cpu(service, 5.0)
         results["metrics_poll"] = load(service, metrics, clients, 1.0, seconds)
         results["metrics_poll_half"] = load(service, metrics, clients // 2, 1.0, seconds)
         results["metrics_saturation"] = load(service, metrics, 32, 0, seconds / 2)
         results["running_list_poll"] = load(
             service, ["/v1/jobs?status=running&limit=50"], clients, 1.0, seconds
         )
+        one_job = [f"/v1/jobs/{job_id}" for job_id in finished[:200]]
+        results["job_read"] = load(service, one_job, clients // 2, 1.0, seconds / 2)
     return results

@@ -24,6 +24,7 @@ import httpx
 from sqlalchemy import insert
 
 from app.domain.tables import EpochMetric
+from benchmarks.service.cpu import group_cpu_seconds
 from benchmarks.service.loadgen import percentile
 from benchmarks.service.seed import insert_jobs
 from benchmarks.service.stack import engine_for, running
@@ -123,14 +124,19 @@ def run_sse(env: dict[str, str], jobs: int, per_job: int, seconds: float) -> dic
         path.write_text(json.dumps(job_ids))
         argv = [sys.executable, "-m", __name__, service.url, service.api_key, str(path)]
         argv += ["--per-job", str(per_job), "--seconds", str(seconds)]
+        api = service.processes["api"].pid
+        cpu_before = group_cpu_seconds(api)
         subscribers = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         stop = threading.Event()
         writer = threading.Thread(target=write_epochs, args=(env, job_ids, 0.5, stop))
         writer.start()
         out, _ = subscribers.communicate(timeout=seconds + 60)
+        cpu = group_cpu_seconds(api) - cpu_before
         stop.set()
         writer.join()
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result["api_cpu_us_per_event"] = cpu * 1e6 / max(result["events"], 1)
+    return result
 
 
 def main() -> None:

@@ -95,7 +95,7 @@ def controller_cost(body: dict[str, Any]) -> dict[str, float]:
     spec = SweepSpec.model_validate_json(json.dumps({**body, "max_parallel": 1}))
     rng, launches, reports = random.Random(3), [], []
     with session_scope() as session:
-        sweep_id = sweeps.submit(session, spec, None).id
+        sweep_id = sweeps.submit(session, spec, None)[0].id  # its trials: claimed below
     for number in range(spec.max_trials):
         simulate_trial(sweep_id, spec, number, rng.random(), reports)
         with timed(launches):

@@ -113,7 +113,7 @@ def test_metrics_upsert_replaces_and_nulls_non_finite(db_env: dict[str, str]) ->
             (2, None, None),
         ]
         assert [r.epoch for r in epoch_rows.read_metrics(session, job_id, since_epoch=1)] == [2]
-        assert epoch_rows.drop_metrics_after(session, job_id, 1) == 1
+        assert epoch_rows.drop_metrics_after(session, job_id, 1, 1) == 1
     assert status_of(job_id).best_epoch == 1 and status_of(job_id).current_epoch == 1
 
 
@@ -139,6 +139,46 @@ def test_lost_worker_is_requeued_then_failed_after_max_restarts(db_env: dict[str
         assert reap_lost_workers(session) == 1
     job = status_of(job_id)
     assert (job.status, job.stop_reason, job.attempt) == (JobStatus.failed, "worker_lost", 2)
+
+
+def test_a_lost_attempt_cannot_delete_or_rewrite_its_successors_rows(
+    db_env: dict[str, str],
+) -> None:
+    """Attempt 1 lost its lease (a hung database) and attempt 2 resumed from epoch 2; attempt
+    1's writes that arrive late change nothing. Before the fence on drop_metrics_after, a late
+    "forget epochs after 1" deleted rows 2-4, attempt 2's among them."""
+    job_id = new_job()
+    claim(job_id)
+    with session_scope() as session:
+        for epoch in (1, 2, 3):
+            assert epoch_rows.record_epoch(session, job_id, 1, epoch, {"train_loss": 1.0})
+    expire_lease(job_id)
+    with session_scope() as session:
+        assert reap_lost_workers(session) == 1
+    assert claim(job_id, "w2").attempt == 2  # type: ignore[union-attr]
+    with session_scope() as session:
+        assert epoch_rows.drop_metrics_after(session, job_id, 2, 2) == 1  # its checkpoint: 2
+        for epoch in (3, 4):
+            assert epoch_rows.record_epoch(session, job_id, 2, epoch, {"train_loss": 0.5})
+    with session_scope() as session:  # the lost attempt, late
+        assert epoch_rows.drop_metrics_after(session, job_id, 1, 1) is None
+        assert not epoch_rows.record_epoch(session, job_id, 1, 3, {"train_loss": 9.0})
+        assert not epoch_rows.record_epoch(session, job_id, 1, 5, {"train_loss": 9.0})
+        assert crud.renew_lease(session, job_id, 1, 30) is None
+        ended = crud.finish_job(
+            session, job_id, 1, JobStatus.failed, stop_reason=None, reason="late"
+        )
+        assert not ended
+    with session_scope() as session:
+        rows = epoch_rows.read_metrics(session, job_id)
+        assert [(r.epoch, r.attempt, r.train_loss) for r in rows] == [
+            (1, 1, 1.0),
+            (2, 1, 1.0),
+            (3, 2, 0.5),
+            (4, 2, 0.5),
+        ]
+    job = status_of(job_id)
+    assert (job.status, job.attempt, job.current_epoch) == (JobStatus.running, 2, 4)
 
 
 def test_list_is_newest_first_with_cursor_and_filters(db_env: dict[str, str]) -> None:

@@ -5,15 +5,21 @@ busy one costs no extra round trip."""
 
 from __future__ import annotations
 
+import socket
 import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from app.core import db
 from app.core.config import get_settings
 from app.core.db import get_engine, session_scope
+from tests.helpers import clear_caches, free_port, scaled
 
 PRAGMAS = ("journal_mode", "busy_timeout", "foreign_keys")
 
@@ -76,3 +82,95 @@ def test_only_a_connection_idle_for_a_while_is_pinged(
     assert len(same) == 1 and pings == []
     monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 0.0)
     assert backend_pid() in same and len(pings) == 1
+
+
+def terminate(url: str, pid: int) -> None:
+    other = create_engine(url)
+    with other.connect() as conn:
+        assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+    other.dispose()
+
+
+def test_a_connection_the_server_closed_is_replaced_even_when_just_used(
+    pg_env: dict[str, str],
+) -> None:
+    """pg_terminate_backend (or a restart) between two busy uses: the server's goodbye waits on
+    the socket, so the checkout sees it without a round trip and the caller never fails.
+    Before, only a connection idle for 10 s was checked and this use failed."""
+    first = backend_pid()
+    terminate(pg_env["EPOCHAL_DATABASE_URL"], first)
+    assert backend_pid() != first
+
+
+def test_retrying_rides_out_a_session_terminated_mid_transaction(pg_env: dict[str, str]) -> None:
+    tries: list[int] = []
+
+    def action() -> int:
+        with session_scope() as session:
+            pid = int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            tries.append(pid)
+            if len(tries) == 1:  # the server ends this session while its transaction is open
+                terminate(pg_env["EPOCHAL_DATABASE_URL"], pid)
+            return int(session.execute(text("SELECT 41 + 1")).scalar_one())
+
+    assert db.retrying(action, within=10, what="test") == 42
+    assert len(tries) == 2 and tries[0] != tries[1]
+
+
+def test_retrying_gives_up_after_its_bound_and_never_retries_a_real_error(
+    pg_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[None] = []
+
+    def broken() -> None:
+        calls.append(None)
+        with session_scope() as session:
+            session.execute(text("SELECT no_such_column FROM job"))
+
+    with pytest.raises(ProgrammingError):
+        db.retrying(broken, within=10, what="test")
+    assert len(calls) == 1
+    with elsewhere(monkeypatch, free_port()):  # nothing listens there: refused, retried, out
+        started = time.monotonic()
+        with pytest.raises(OperationalError):
+            db.retrying(lambda: backend_pid(), within=1.0, what="test")
+        assert time.monotonic() - started < 1.0 + db.RETRY_MAX_DELAY
+
+
+def test_postgres_connections_carry_timeouts_and_keepalives(
+    pg_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EPOCHAL_DB_STATEMENT_TIMEOUT_SECONDS", "0.5")
+    clear_caches()
+    with db.get_engine().connect() as conn:
+        assert conn.execute(text("SHOW statement_timeout")).scalar() == "500ms"
+        assert conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar() == "500ms"
+        params = conn.connection.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
+        assert (params["keepalives"], params["keepalives_idle"]) == ("1", "10")
+        assert params["connect_timeout"] == "10"
+        with pytest.raises(OperationalError, match="statement timeout"):
+            conn.execute(text("SELECT pg_sleep(5)"))
+
+
+def test_a_server_that_never_answers_fails_the_connect_after_its_timeout(
+    pg_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EPOCHAL_DB_CONNECT_TIMEOUT_SECONDS", "2")
+    with (
+        socket.create_server(("127.0.0.1", 0)) as silent,  # accepts TCP, never says a word
+        elsewhere(monkeypatch, silent.getsockname()[1]),
+    ):
+        started = time.monotonic()
+        with pytest.raises(OperationalError, match="timeout"):
+            backend_pid()
+        assert time.monotonic() - started < scaled(10)
+
+
+@contextmanager
+def elsewhere(monkeypatch: pytest.MonkeyPatch, port: int) -> Iterator[None]:
+    """Point this process at a PostgreSQL URL on `port`; the fixtures' database after."""
+    with monkeypatch.context() as patch:
+        patch.setenv("EPOCHAL_DATABASE_URL", f"postgresql+psycopg://postgres@127.0.0.1:{port}/x")
+        clear_caches()
+        yield
+    clear_caches()

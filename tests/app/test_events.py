@@ -47,7 +47,7 @@ def requeue(job_id: str, keep_epochs: int) -> int:
         assert job is not None and crud.requeue(session, job, "worker lost")
     attempt = claim(job_id)
     with session_scope() as session:
-        epoch_rows.drop_metrics_after(session, job_id, keep_epochs)
+        assert epoch_rows.drop_metrics_after(session, job_id, attempt, keep_epochs) is not None
     return attempt
 
 

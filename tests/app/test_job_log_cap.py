@@ -29,10 +29,13 @@ def test_the_newest_half_is_kept_while_the_child_appends(tmp_path: Path) -> None
 
     def child() -> None:
         n = 0
-        while not stop.is_set() or n < 100:
+        while True:  # the last line is written after the cap (and its note) surely ended
+            last = stop.is_set() and n >= 100
             os.write(fd, b"new line %06d\n" % n)
             written.append(n)
             n += 1
+            if last:
+                return
 
     writer = threading.Thread(target=child)
     writer.start()

@@ -82,7 +82,7 @@ def test_writes_inside_a_snapshot_read_back_as_the_database_has_them(
 def test_a_top_up_reads_the_trials_once(sqlite_env: dict[str, str]) -> None:
     spec = spec_of(pruner=HYPERBAND, max_trials=8)
     with session_scope() as session:
-        sweep_id = sweeps.submit(session, spec, None).id
+        sweep_id = sweeps.submit(session, spec, None)[0].id
     engine = sweep_study.storage()._backend.engine
     reads: list[str] = []
 

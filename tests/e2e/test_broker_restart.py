@@ -105,7 +105,9 @@ def test_broker_down_at_submit_and_restarted_empty_loses_nothing(
         response = client.post("/v1/jobs", json=JOB)
         assert response.status_code == 201 and response.json()["status"] == "queued"
         first = response.json()["id"]
-        assert not dispatched(env, first)  # nothing was sent, and the row says so
+        # Nothing was sent. (Whether dispatched_at is clear at this instant is a race: the
+        # failed publish clears it, and the next maintenance round may already be retrying.)
+        assert client.get(f"/v1/jobs/{first}").json()["status"] == "queued"
         ready = client.get("/readyz")  # a load balancer sees which dependency is missing
         assert ready.status_code == 503
         assert ready.json() == {"status": "unavailable", "database": "ok", "broker": "unreachable"}

@@ -109,8 +109,9 @@ def test_dashboard_submits_streams_the_curve_and_cancels(service: Service, page:
     page.get_by_test_id("submit").click()
     expect(page.get_by_test_id("submit-error")).to_contain_text("training.epochs")
 
-    spec |= {"name": "browser-job", "training": {"epochs": 200, "batch_size": 16}}
-    spec["dataset"] = {"name": "synthetic", "samples": 50000}
+    # Short epochs (a few hundred steps), far more of them than the test waits for.
+    spec |= {"name": "browser-job", "training": {"epochs": 1000, "batch_size": 16}}
+    spec["dataset"] = {"name": "synthetic", "samples": 4000}
     editor.fill(json.dumps(spec))
     page.get_by_test_id("submit").click()
     expect(page).to_have_url(re.compile(r"#/jobs/[0-9a-f-]{36}$"))

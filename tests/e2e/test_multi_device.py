@@ -7,6 +7,8 @@ database differently from single-device ones, and the suite's time is better spe
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.procs import alive, training_children
+from tests.e2e.procs import alive, parent_of, training_children
 from tests.helpers import Service, running_service, wait_for_status, wait_until
 
 pytestmark = [
@@ -113,3 +115,31 @@ def test_ddp_cancel_stops_both_ranks(client: httpx.Client) -> None:
     epochs = [r["epoch"] for r in rows(client, job)]
     assert 1 <= len(epochs) < 200 and epochs == list(range(1, len(epochs) + 1))
     assert not any(alive(pid) for pid in ranks)
+
+
+def test_ddp_ranks_die_with_their_launcher(client: httpx.Client) -> None:
+    """RELIABILITY.md §1: a launcher killed outright takes its ranks along, by their own
+    PR_SET_PDEATHSIG alone (the supervisor is frozen meanwhile, so it cannot clean up)."""
+    job = submit(
+        client,
+        framework="pytorch",
+        dataset={"name": "synthetic", "samples": 40000},
+        training={"epochs": 200, "batch_size": 32},
+        resources={"replicas": 2},
+        max_restarts=0,
+    )
+    found = wait_until(
+        lambda: len(training_children(job)) >= 3 and training_children(job), 120, "ranks"
+    )
+    launcher = next(pid for pid in found if parent_of(pid) not in found)
+    ranks = [pid for pid in found if pid != launcher]
+    assert len(ranks) == 2 and all(parent_of(pid) == launcher for pid in ranks)
+    supervisor = parent_of(launcher)
+    os.kill(supervisor, signal.SIGSTOP)
+    try:
+        os.kill(launcher, signal.SIGKILL)
+        wait_until(lambda: not any(alive(pid) for pid in ranks), 10, "the ranks to die")
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    done = ended(client, job)
+    assert (done["status"], done["error_code"]) == ("failed", "child_killed")

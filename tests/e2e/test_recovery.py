@@ -199,7 +199,7 @@ def test_runtime_limit_stops_with_a_final_checkpoint(
     job_id = submit(
         client,
         training={"epochs": 200, "batch_size": 16},
-        max_runtime_seconds=round(scaled(8)),  # long enough for an epoch on this machine
+        max_runtime_seconds=round(scaled(20)),  # long enough for an epoch on this machine
         checkpoint_every_epochs=1000,
     )
     done = wait_for_status(client, job_id, {"cancelled", "failed", "succeeded"}, 60)

@@ -21,8 +21,8 @@ DIGITS: dict[str, Any] = {
 }
 LONG: dict[str, Any] = {  # epochs of a fraction of a second, far more than a test waits for
     "framework": "pytorch",
-    "dataset": {"name": "synthetic", "samples": 50000},
-    "training": {"epochs": 200, "batch_size": 16},
+    "dataset": {"name": "synthetic", "samples": 4000},
+    "training": {"epochs": 1000, "batch_size": 16},
 }
 
 

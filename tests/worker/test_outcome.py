@@ -21,7 +21,7 @@ from worker.protocol import JobConfigError
         (ValueError("something unexpected"), "internal_error", False),
         (LostOwnership("attempt 1 is no longer running here"), "worker_lost", True),
         (OperationalError("SELECT 1", {}, Exception("server closed")), "infrastructure", True),
-        (OSError(errno.ENOSPC, "No space left on device"), "infrastructure", True),
+        (OSError(errno.ENOSPC, "No space left on device"), "disk_full", False),
         (OSError(errno.ENOENT, "No such file"), "internal_error", False),
     ],
 )

@@ -8,9 +8,11 @@ a database, so tests and benchmarks run exactly this code in-process.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
 from worker.training.checkpoint import Checkpointer
 from worker.training.data import DataError, Splits, load_splits
+from worker.training.disk import undone_if_full
 from worker.training.early_stopping import EarlyStopping
 from worker.training.loop import fit
 from worker.training.model_card import ExportError, evaluate, export_onnx, model_card, write_card
@@ -96,7 +99,9 @@ def finish(
     """Export (model file, model.onnx, card) and the final result with its evaluation report;
     the main rank alone writes and evaluates. Raises ExportError when model.onnx differs."""
     model_dir, onnx = JobFiles(workdir).model_dir, None
-    with phase(timings, "export_s"):
+    # A full disk leaves no half-written model to be served (the job ends disk_full).
+    no_model = partial(shutil.rmtree, model_dir, ignore_errors=True)
+    with phase(timings, "export_s"), undone_if_full(workdir, no_model):
         if backend.is_main:
             model_dir.mkdir(parents=True, exist_ok=True)
             backend.export_model(model_dir)
@@ -106,20 +111,21 @@ def finish(
         if onnx is not None:
             result["evaluation"] = evaluate(spec, backend, splits)
     if onnx is not None:
-        with phase(timings, "export_s"):
+        card = model_card(spec, splits, job_id or workdir.name, result, onnx)
+        with phase(timings, "export_s"), undone_if_full(workdir, no_model):
             result["export"] = {"onnx": onnx}
-            write_card(model_dir, model_card(spec, splits, job_id or workdir.name, result, onnx))
+            write_card(model_dir, card)
     return result
 
 
 class ForgetReplayedEpochs(Callback):
     """A resumed attempt redoes the epochs after its checkpoint: their old rows go (P35)."""
 
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
+    def __init__(self, job_id: str, attempt: int) -> None:
+        self.job_id, self.attempt = job_id, attempt
 
     def on_train_begin(self, state: TrainState) -> None:
-        forget_epochs_after(self.job_id, state.epoch)
+        forget_epochs_after(self.job_id, self.attempt, state.epoch)
 
 
 def train(
@@ -144,7 +150,7 @@ def train(
     record: list[Callback] = []
     if backend.is_main:
         rows, pruning = DbMetricRecorder(job_id, attempt), TrialPruning(job_id)
-        record = [ForgetReplayedEpochs(job_id), rows, pruning]
+        record = [ForgetReplayedEpochs(job_id, attempt), rows, pruning]
     try:
         outcome = run_attempt(spec, workdir, backend, splits, state, record, timings, job_id)
     finally:

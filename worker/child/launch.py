@@ -43,6 +43,7 @@ from worker.protocol import (
     JobConfigError,
     Outcome,
     child_argv,
+    is_disk_full,
     read_stop_reason,
     write_outcome,
 )
@@ -63,7 +64,7 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-    # Popped so that DDP ranks started from here (their parent is this process) do not see it.
+    # Popped: DDP ranks started from here get this process's pid instead (run_ranks).
     supervisor = os.environ.pop(SUPERVISOR_ENV, None)
     if supervisor is not None and os.getppid() != int(supervisor):
         os._exit(EXIT_ORPHANED)
@@ -109,7 +110,9 @@ def run_ranks(job_id: str, attempt: int, workdir: Path, replicas: int) -> int:
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the ranks themselves handle it
     store = JobFiles(workdir).ddp_store(attempt)
     store.unlink(missing_ok=True)
-    env = {**os.environ, DDP_INIT_ENV: f"file://{store}"}
+    # A rank still starting when this process dies is re-parented before it can ask for
+    # PR_SET_PDEATHSIG: told who its parent is, it sees that and exits (die_with_parent).
+    env = {**os.environ, DDP_INIT_ENV: f"file://{store}", SUPERVISOR_ENV: str(os.getpid())}
     ranks = [
         subprocess.Popen(child_argv(job_id, attempt, rank), env=env) for rank in range(replicas)
     ]
@@ -144,7 +147,9 @@ def classify(exc: BaseException) -> Outcome:
         return Outcome.failure(ErrorCode.worker_lost, text)
     if name in ("OperationalError", "InterfaceError", "DatabaseError"):
         return Outcome.failure(ErrorCode.infrastructure, f"database unavailable: {text}")
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+    if is_disk_full(exc):
+        return Outcome.disk_full(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EIO:
         return Outcome.failure(ErrorCode.infrastructure, f"storage trouble on the worker: {text}")
     return Outcome.failure(
         ErrorCode.internal_error, f"{text}; GET /v1/jobs/{{id}}/logs shows the traceback"

@@ -1,11 +1,19 @@
-"""The training side's only contact with the database: one metrics row per epoch."""
+"""The training side's only contact with the database: one metrics row per epoch.
+
+Every write is fenced by attempt and retried through a database blip (a terminated session,
+a restart), for at most a lease less a heartbeat: by then a supervisor that could not renew
+either has stopped this process, and a write of ours that lands later changes nothing.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
-from app.core.db import session_scope
+from app.core.config import get_settings
+from app.core.db import retrying, session_scope
 from app.domain import epoch_rows, sweeps
 from app.domain.states import StopReason
 from worker.training.callbacks import Callback, Logs, TrainState
@@ -23,8 +31,20 @@ ROW_FIELDS = {
 }
 
 
+T = TypeVar("T")
+
+
 class LostOwnership(Exception):
     """Another attempt owns the job now (our lease expired); this one must stop writing."""
+
+
+def _retried(action: Callable[[], T], what: str) -> T:
+    settings = get_settings()
+    return retrying(action, settings.lease_seconds - settings.heartbeat_seconds, what)
+
+
+def _lost(job_id: str, attempt: int) -> LostOwnership:
+    return LostOwnership(f"job {job_id} attempt {attempt} is no longer running here")
 
 
 class DbMetricRecorder(Callback):
@@ -38,15 +58,14 @@ class DbMetricRecorder(Callback):
         row = {column: logs[key] for key, column in ROW_FIELDS.items() if key in logs}
         best = (state.best_epoch, state.best_value) if state.best_epoch else None
         started = time.perf_counter()
-        with session_scope() as session:
-            owned = epoch_rows.record_epoch(
-                session, self.job_id, self.attempt, state.epoch, row, best
-            )
+        owned = _retried(lambda: self._write(state.epoch, row, best), f"epoch {state.epoch}")
         self.seconds += time.perf_counter() - started
         if not owned:
-            raise LostOwnership(
-                f"job {self.job_id} attempt {self.attempt} is no longer running here"
-            )
+            raise _lost(self.job_id, self.attempt)
+
+    def _write(self, epoch: int, row: Logs, best: tuple[int, float] | None) -> bool:
+        with session_scope() as session:
+            return epoch_rows.record_epoch(session, self.job_id, self.attempt, epoch, row, best)
 
 
 class TrialPruning(Callback):
@@ -62,8 +81,7 @@ class TrialPruning(Callback):
         self.seconds = 0.0
 
     def on_train_begin(self, state: TrainState) -> None:
-        with session_scope() as session:
-            trial = sweeps.trial_of(session, self.job_id)
+        trial = _retried(self._trial, "sweep trial")
         if trial is None:
             return
         from app.schemas.sweep import SweepSpec
@@ -71,6 +89,10 @@ class TrialPruning(Callback):
 
         spec = SweepSpec.model_validate_json(json.dumps(trial.spec))
         self.reporter = TrialReporter(trial.sweep_id, spec, trial.number)
+
+    def _trial(self) -> sweeps.TrialOf | None:
+        with session_scope() as session:
+            return sweeps.trial_of(session, self.job_id)
 
     def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
         if self.reporter is None:
@@ -83,7 +105,14 @@ class TrialPruning(Callback):
             state.request_stop(StopReason.pruned, f"pruned by the sweep at epoch {state.epoch}")
 
 
-def forget_epochs_after(job_id: str, epoch: int) -> int:
+def forget_epochs_after(job_id: str, attempt: int, epoch: int) -> int:
     """A resumed attempt redoes epochs after its checkpoint: their old rows go (P35)."""
-    with session_scope() as session:
-        return epoch_rows.drop_metrics_after(session, job_id, epoch)
+
+    def forget() -> int | None:
+        with session_scope() as session:
+            return epoch_rows.drop_metrics_after(session, job_id, attempt, epoch)
+
+    gone = _retried(forget, "forgetting replayed epochs")
+    if gone is None:
+        raise _lost(job_id, attempt)
+    return gone

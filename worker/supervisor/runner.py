@@ -14,15 +14,15 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings, get_settings
-from app.core.db import session_scope
+from app.core.db import retrying, session_scope
 from app.domain import crud
 from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line, cap_log
@@ -37,17 +37,18 @@ from worker.protocol import (
     Outcome,
     child_argv,
     child_env,
+    is_disk_full,
     read_outcome,
     request_stop,
 )
 from worker.supervisor import shutdown
 from worker.supervisor.heartbeat import set_current_job
+from worker.supervisor.lease import LeaseKeeper
 from worker.supervisor.oom import MemoryWatch
 from worker.supervisor.standby import POOL, warm_up
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
-T = TypeVar("T")
 
 
 @dataclass
@@ -71,35 +72,55 @@ def run_job(job_id: str, worker_name: str) -> None:
     settings = get_settings()
     if shutdown.declined(job_id):
         return
-    with session_scope() as session:
-        job = crud.claim_job(session, job_id, worker_name, settings.lease_seconds)
-        if job is None:
-            log.info(
-                "job %s is not queued (taken, cancelled or ended): ignoring the message", job_id
-            )
-            return
-        attempt, stored, started_at = job.attempt, job.spec, job.started_at
+    within = settings.lease_seconds  # a claim whose commit was lost finds the job taken
+    claimed = retrying(lambda: _claim(settings, job_id, worker_name), within, "claim")
+    if claimed is None:
+        log.info("job %s is not queued (taken, cancelled or ended): ignoring the message", job_id)
+        return
+    attempt, stored, started_at = claimed
     spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
     _set_current_job(worker_name, job_id)
     try:
-        # max_runtime_seconds counts from the first start, across attempts.
-        assert started_at is not None
-        left = spec.max_runtime_seconds - (utcnow() - started_at).total_seconds()
-        if left <= 0:
-            record(settings, job_id, attempt, _out_of_time(spec))
-            return
-        run = start_child(settings, job_id, attempt, spec, left)
-        try:
-            supervise(settings, run)
-        except BaseException:  # never leave a child training without a supervisor
-            _signal(run, signal.SIGKILL)
-            run.process.wait()
-            raise
-        record_end(settings, run)
+        _run_attempt(settings, job_id, attempt, spec, started_at)
     finally:
         _set_current_job(worker_name, None)
         if not shutdown.requested():
             warm_up(settings, [spec.framework])  # the next job of this kind starts warm
+
+
+def _run_attempt(
+    settings: Settings, job_id: str, attempt: int, spec: JobSpec, started_at: datetime
+) -> None:
+    """Start the child (unless its time is used up or the disk is full) and see it end."""
+    # max_runtime_seconds counts from the first start, across attempts.
+    left = spec.max_runtime_seconds - (utcnow() - started_at).total_seconds()
+    if left <= 0:
+        record(settings, job_id, attempt, _out_of_time(spec))
+        return
+    try:
+        run = start_child(settings, job_id, attempt, spec, left)
+    except OSError as exc:  # the job's spec or log could not be written
+        if not is_disk_full(exc):
+            raise
+        record(settings, job_id, attempt, Outcome.disk_full(exc))
+        return
+    try:
+        supervise(settings, run)
+    except BaseException:  # never leave a child training without a supervisor
+        _signal(run, signal.SIGKILL)
+        run.process.wait()
+        raise
+    record_end(settings, run)
+
+
+def _claim(settings: Settings, job_id: str, worker_name: str) -> tuple[int, Any, datetime] | None:
+    """(attempt, stored spec, first start) of the attempt this worker just claimed."""
+    with session_scope() as session:
+        job = crud.claim_job(session, job_id, worker_name, settings.lease_seconds)
+        if job is None:
+            return None
+        assert job.started_at is not None  # a claim sets it
+        return job.attempt, job.spec, job.started_at
 
 
 def _set_current_job(worker_name: str, job_id: str | None) -> None:
@@ -141,15 +162,25 @@ def start_child(
 
 
 def supervise(settings: Settings, run: Attempt) -> None:
-    """Until the child exits: renew the lease, relay cancel and deadline, escalate stops."""
+    """Until the child exits: keep the lease, relay cancel and deadline, escalate stops."""
+    lease = LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at)
+    lease.start()
+    try:
+        _watch(settings, run, lease)
+    finally:
+        lease.stop()
+    run.process.wait()
+
+
+def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
     next_beat = 0.0
     while run.process.poll() is None:
         now = time.monotonic()
         if now >= next_beat:
             next_beat = now + settings.heartbeat_seconds
             cap_log(JobFiles(run.workdir).log, settings.max_log_bytes)  # the newest half stays
-            if not _keep_lease(settings, run, now):
-                break
+        if not _still_ours(run, lease, now):
+            return
         if now >= run.deadline:
             _request_stop(run, StopReason.timeout)
         elif shutdown.requested():
@@ -160,28 +191,18 @@ def supervise(settings: Settings, run: Attempt) -> None:
             run.process.wait(timeout=POLL_SECONDS)
         except subprocess.TimeoutExpired:
             pass
-    run.process.wait()
 
 
-def _keep_lease(settings: Settings, run: Attempt, now: float) -> bool:
-    """Renew the lease and relay a cancel; False (child killed) once the job is not ours."""
-    try:
-        with session_scope() as session:
-            job = crud.renew_lease(session, run.job_id, run.attempt, settings.lease_seconds)
-            status = job.status if job else None
-    except OperationalError:
-        # The database is away. Our lease still holds until renewed_at + lease; stop training
-        # a heartbeat before that, because the reaper may then hand the job to someone else.
-        log.warning("job %s: lease renewal failed", run.job_id, exc_info=True)
-        if now - run.renewed_at < settings.lease_seconds - settings.heartbeat_seconds:
-            return True
-        _lose(run, "could not renew the lease; stopping before it expires")
-        return False
-    if status is None:
+def _still_ours(run: Attempt, lease: LeaseKeeper, now: float) -> bool:
+    """Relay a cancel; False (child killed) once the lease is lost or could soon expire."""
+    run.renewed_at = lease.renewed_at
+    if lease.taken:
         _lose(run, "the job is no longer this attempt's (lease expired or re-queued)")
         return False
-    run.renewed_at = now
-    if status == JobStatus.cancelling:
+    if lease.expiring(now):  # renewals failed or hang: the database is away or unreachable
+        _lose(run, "could not renew the lease; stopping before it expires")
+        return False
+    if lease.status == JobStatus.cancelling:
         _request_stop(run, StopReason.cancelled)
     return True
 
@@ -266,21 +287,10 @@ def record_end(settings: Settings, run: Attempt) -> None:
         return
     outcome = outcome_of(run)
     _note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
-    _retrying(settings, lambda: record(settings, run.job_id, run.attempt, outcome))
-
-
-def _retrying(settings: Settings, action: Callable[[], T]) -> T:
-    """Ride out a short database outage (bounded by one lease; then the reaper decides)."""
-    deadline, delay = time.monotonic() + settings.lease_seconds, 0.5
-    while True:
-        try:
-            return action()
-        except OperationalError:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("database unavailable; retrying in %.1fs", delay, exc_info=True)
-            time.sleep(delay)
-            delay = min(2 * delay, 5.0)
+    # Bounded by one lease, then the reaper decides; a try whose commit was lost and landed
+    # finds the attempt ended, and the fenced writes change nothing.
+    within = settings.lease_seconds
+    retrying(lambda: record(settings, run.job_id, run.attempt, outcome), within, "job end")
 
 
 def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> None:

@@ -23,6 +23,7 @@ from app.domain.job_files import latest_pointer
 from app.domain.states import StopReason
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, CallbackList, Logs, TrainState
+from worker.training.disk import undone_if_full
 
 log = logging.getLogger(__name__)
 LOOP_STATE = "loop.json"
@@ -57,19 +58,31 @@ class Checkpointer(Callback):
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"epoch-{state.epoch:04d}"
         tmp = self.root / f".tmp-{final.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        self.backend.save_checkpoint(tmp)
-        for cb in self.callbacks:
-            cb.save_arrays(tmp)
-        (tmp / LOOP_STATE).write_text(json.dumps(self._loop_state(state)))
-        _seal(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        _fsync_dir(self.root)
-        _write_atomic(latest_pointer(self.root), final.name)
+        # A full disk: what this write left goes (the space with it), `latest` still names
+        # the last good checkpoint, and the job ends disk_full.
+        with undone_if_full(self.root, lambda: self._discard(tmp, final)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            self.backend.save_checkpoint(tmp)
+            for cb in self.callbacks:
+                cb.save_arrays(tmp)
+            (tmp / LOOP_STATE).write_text(json.dumps(self._loop_state(state)))
+            _seal(tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            _fsync_dir(self.root)
+            _write_atomic(latest_pointer(self.root), final.name)
         self.saved_epoch = state.epoch
         self._prune(keep_name=final.name)
+
+    def _discard(self, tmp: Path, final: Path) -> None:
+        """Remove a failed write's files: its temporary directory, the pointer's temporary
+        file, and its checkpoint if `latest` never came to name it."""
+        shutil.rmtree(tmp, ignore_errors=True)
+        pointer = latest_pointer(self.root)
+        _pointer_tmp(pointer).unlink(missing_ok=True)
+        if not pointer.exists() or pointer.read_text().strip() != final.name:
+            shutil.rmtree(final, ignore_errors=True)
 
     def _loop_state(self, state: TrainState) -> dict[str, Any]:
         return {
@@ -178,8 +191,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _pointer_tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}")
+
+
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp = _pointer_tmp(path)
     tmp.write_text(text)
     _fsync_file(tmp)
     os.replace(tmp, path)

@@ -42,4 +42,4 @@ async def read_events(
     await release_db(session)
     hub = get_hub(get_settings().events_poll_seconds)
     async for event in hub.stream(job_id, after):
-        yield ServerSentEvent(event=event.kind, id=event.id, data=event.data)
+        yield ServerSentEvent(event=event.kind, id=event.id, raw_data=event.payload)

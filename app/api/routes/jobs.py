@@ -6,24 +6,30 @@ import hashlib
 from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import IntegrityError
 
 from app.api.deps import (
     CurrentKey,
     JobDep,
+    JobId,
     SessionDep,
     check_job_dataset,
     check_job_fits,
+    may_see,
     owner_filter,
+    release_db,
 )
+from app.api.responses import FastJSON
+from app.core.async_db import fetch
 from app.core.config import get_settings
-from app.domain import crud, epoch_rows, retention
+from app.domain import crud, job_reads, retention
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import ID_CHARS, Job, Sweep
-from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricRow, MetricsPublic
+from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.job_spec import JobSpec
 from app.services import sweeps
-from app.services.dispatch import dispatch
+from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -73,7 +79,7 @@ def _check_quota(session: SessionDep, key: CurrentKey) -> None:
     response_model=JobPublic,
     responses={200: {"description": "an earlier request with this Idempotency-Key"}},
 )
-def create_job(
+async def create_job(
     session: SessionDep,
     key: CurrentKey,
     spec: JobSpec,
@@ -81,10 +87,24 @@ def create_job(
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> JobPublic:
     """Submit a training job; it is stored before it is queued."""
+    job, body = await run_in_threadpool(_store, session, key, spec, idempotency_key)
+    if job is None:
+        response.status_code = status.HTTP_200_OK
+        return body
+    # While the broker is away the publish retries for seconds: not with this request's DB
+    # slot held, which other requests need. A failed publish leaves it to the reconciler.
+    await release_db(session)
+    await run_in_threadpool(dispatch_new, [job])
+    return body
+
+
+def _store(
+    session: SessionDep, key: CurrentKey, spec: JobSpec, idempotency_key: str | None
+) -> tuple[Job | None, JobPublic]:
+    """The new job, committed, and its body; (None, the earlier job's body) for a replay."""
     digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
     if idempotency_key and (earlier := _replay(session, key, idempotency_key, digest)):
-        response.status_code = status.HTTP_200_OK
-        return public(session, earlier)
+        return None, public(session, earlier)
     _check_quota(session, key)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     check_job_fits(session, spec)  # and the job must fit in a worker's memory and disk
@@ -103,26 +123,23 @@ def create_job(
         earlier = _replay(session, key, idempotency_key or "", digest)
         if earlier is None:
             raise
-        response.status_code = status.HTTP_200_OK
-        return public(session, earlier)
-    dispatch(session, job)  # a failed publish leaves it queued for the reconciler
-    return public(session, job)
+        return None, public(session, earlier)
+    return job, public(session, job)
 
 
 @router.get("", response_model=JobsPublic)
-def read_jobs(
-    session: SessionDep,
+async def read_jobs(
     key: CurrentKey,
     status_: Annotated[JobStatus | None, Query(alias="status")] = None,
     framework: Annotated[str | None, Query(pattern="^(pytorch|tensorflow)$")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     sweep_id: Annotated[str | None, Query(max_length=64, pattern=ID_CHARS)] = None,
-) -> JobsPublic:
+) -> Response:
     """List jobs, newest first, with cursor pagination."""
     try:
-        jobs, next_cursor = crud.list_jobs(
-            session,
+        statement, params = job_reads.page_query(
+            None,
             limit=limit,
             cursor=cursor,
             status=status_,
@@ -130,9 +147,10 @@ def read_jobs(
             owner_id=owner_filter(key),
             sweep_id=sweep_id,
         )
-    except ValueError as exc:
+    except ValueError as exc:  # a cursor this API did not make
         raise HTTPException(status_code=422, detail=str(exc)) from exc
-    return JobsPublic(items=[summary(j) for j in jobs], next_cursor=next_cursor)
+    items, next_cursor = job_reads.summaries(await fetch(statement, params), limit)
+    return FastJSON({"items": items, "next_cursor": next_cursor})
 
 
 @router.get("/{job_id}", response_model=JobPublic)
@@ -142,15 +160,18 @@ def read_job(session: SessionDep, job: JobDep) -> JobPublic:
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic)
-def read_metrics(
-    session: SessionDep,
-    job: JobDep,
+async def read_metrics(
+    key: CurrentKey,
+    job_id: JobId,
     since_epoch: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> MetricsPublic:
-    """Per-epoch metrics after `since_epoch` (cheap to poll)."""
-    rows = epoch_rows.read_metrics(session, job.id, since_epoch, limit)
-    return MetricsPublic(job_id=job.id, items=[MetricRow.model_validate(r) for r in rows])
+) -> Response:
+    """Per-epoch metrics after `since_epoch` (cheap to poll: one query, the job with its rows)."""
+    params = job_reads.metrics_params(job_id, since_epoch, limit)
+    found = job_reads.metrics(await fetch(job_reads.METRICS_AFTER, params))
+    if found is None or not may_see(key, found[0]):
+        raise HTTPException(status_code=404, detail=f"no job {job_id}")
+    return FastJSON({"job_id": job_id, "items": found[1]})
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic)

@@ -5,9 +5,17 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
-from app.api.deps import CurrentKey, SessionDep, check_job_dataset, check_job_fits, owner_filter
+from app.api.deps import (
+    CurrentKey,
+    SessionDep,
+    check_job_dataset,
+    check_job_fits,
+    owner_filter,
+    release_db,
+)
 from app.domain import sweeps as rows
 from app.domain.states import TrialState
 from app.domain.sweep_space import space_errors
@@ -21,6 +29,7 @@ from app.schemas.sweep import (
     TrialPublic,
 )
 from app.services import sweeps as controller
+from app.services.dispatch import dispatch_new
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 
@@ -109,15 +118,23 @@ def public(session: SessionDep, sweep: Sweep) -> SweepPublic:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic)
-def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> SweepPublic:
+async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> SweepPublic:
     """Submit a sweep; a space that can make a job the schema rejects is a 422 naming it."""
     errors = space_errors(spec)
     if errors:
         raise RequestValidationError(errors)
+    body, trials = await run_in_threadpool(_store, session, key, spec)
+    await release_db(session)  # no DB slot held while the broker retries (like a job submit)
+    await run_in_threadpool(dispatch_new, trials)
+    return body
+
+
+def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[SweepPublic, list[Job]]:
+    """The sweep and its first trials, committed: its body, and the trials to publish."""
     check_job_dataset(session, key, spec.base)
     check_job_fits(session, spec)
-    sweep = controller.submit(session, spec, key.id)
-    return public(session, sweep)
+    sweep, trials = controller.submit(session, spec, key.id)
+    return public(session, sweep), trials
 
 
 @router.get("", response_model=SweepsPublic)

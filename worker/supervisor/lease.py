@@ -1,0 +1,79 @@
+"""The lease of a running attempt, renewed by a thread of its own.
+
+A database call can hang (a stalled network path, a proxy that stopped forwarding: TCP
+keepalives see a live peer, the server never sees the query, so no timeout of its fires). The
+supervisor must still stop its child before the lease could expire, because the reaper then
+hands the job to another attempt. So the renewals, and their retries with backoff, run here,
+and the supervisor's loop only reads when the last one succeeded (RELIABILITY.md §1, §11).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sqlalchemy.exc import DBAPIError
+
+from app.core.config import Settings
+from app.core.db import RETRY_FIRST_DELAY, session_scope, transient
+from app.core.log_setup import job_context
+from app.domain import crud
+from app.domain.states import JobStatus
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the lease of (job_id, attempt) every heartbeat until stopped or not ours."""
+
+    def __init__(self, settings: Settings, job_id: str, attempt: int, renewed_at: float) -> None:
+        super().__init__(name=f"lease-{job_id}", daemon=True)
+        self.settings, self.job_id, self.attempt = settings, job_id, attempt
+        self.renewed_at = renewed_at  # monotonic time just before the last successful renewal
+        self.status: JobStatus | None = JobStatus.running
+        self.taken = False  # the job is another attempt's (or ended): stop at once
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        with job_context(self.job_id):  # a thread does not inherit the supervisor's context
+            self._keep()
+
+    def _keep(self) -> None:
+        delay = RETRY_FIRST_DELAY
+        while not self._stopped.is_set():
+            started = time.monotonic()
+            try:
+                status = self._renew()
+            except Exception as exc:  # whatever it was, the loop's deadline still holds
+                expected = isinstance(exc, DBAPIError) and transient(exc)
+                log.warning(
+                    "job %s: lease renewal failed (%s); retrying in %.1fs",
+                    self.job_id,
+                    exc,
+                    delay,
+                    exc_info=not expected,
+                )
+                self._stopped.wait(delay)  # a blip: try again soon, not a heartbeat later
+                delay = min(2 * delay, self.settings.heartbeat_seconds)
+                continue
+            if status is None:
+                self.taken = True
+                return
+            self.renewed_at, self.status, delay = started, status, RETRY_FIRST_DELAY
+            self._stopped.wait(self.settings.heartbeat_seconds)
+
+    def _renew(self) -> JobStatus | None:
+        with session_scope() as session:
+            job = crud.renew_lease(session, self.job_id, self.attempt, self.settings.lease_seconds)
+            return JobStatus(job.status) if job else None
+
+    def expiring(self, now: float) -> bool:
+        """True from one heartbeat before the lease could expire: stop training then, since
+        the reaper may hand the job to someone else once it has."""
+        settings = self.settings
+        return now - self.renewed_at >= settings.lease_seconds - settings.heartbeat_seconds
+
+    def stop(self) -> None:
+        """No more renewals (a call in flight finishes on its own; its result is ignored)."""
+        self._stopped.set()
