@@ -10,6 +10,7 @@ from pathlib import Path
 
 from benchmarks.machine import describe as machine
 from benchmarks.service import growth, latency, overhead, polling, predict, sse
+from benchmarks.service.pruning import bench_pruning
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
 from benchmarks.service.sweeps import bench_sweeps
@@ -139,7 +140,7 @@ def bench_predict(report: Report, quick: bool) -> None:
     report.add("predict_baseline_get_job_p50_ms", result["get_job_p50_ms"], "ms", baseline)
 
 
-STEPS = ("latency", "overhead", "polling", "sse", "growth", "predict", "sweeps")
+STEPS = ("latency", "overhead", "polling", "sse", "growth", "predict", "sweeps", "pruning")
 
 
 def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) -> Report:
@@ -155,6 +156,7 @@ def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) ->
         "sse": lambda: bench_sse(report, quick, kinds),
         "growth": lambda: bench_growth(report, quick),
         "sweeps": lambda: bench_sweeps(report, quick),
+        "pruning": lambda: bench_pruning(report, quick),
         "predict": lambda: bench_predict(report, quick),
     }
     for name in STEPS:
