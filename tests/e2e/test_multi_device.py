@@ -17,12 +17,20 @@ import httpx
 import pytest
 
 from tests.e2e.procs import alive, parent_of, training_children
-from tests.helpers import Service, running_service, wait_for_status, wait_until
+from tests.helpers import Service, running_service, scaled, wait_for_status, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.parametrize("service_env", ["postgres"], indirect=True),
 ]
+
+# A two-rank PyTorch job with far more epochs than a test waits for.
+LONG_DDP: dict[str, Any] = {
+    "framework": "pytorch",
+    "dataset": {"name": "synthetic", "samples": 40000},
+    "training": {"epochs": 200, "batch_size": 32},
+    "resources": {"replicas": 2},
+}
 
 
 @pytest.fixture(scope="module")
@@ -96,21 +104,18 @@ def test_ddp_early_stopping_ends_both_ranks(client: httpx.Client) -> None:
 def test_ddp_cancel_stops_both_ranks(client: httpx.Client) -> None:
     job = submit(
         client,
-        framework="pytorch",
-        dataset={"name": "synthetic", "samples": 40000},
-        training={"epochs": 200, "batch_size": 32},
-        resources={"replicas": 2},
+        **LONG_DDP,
     )
     wait_until(lambda: len(rows(client, job)) >= 1, 120, "the first epoch")
     ranks = wait_until(
-        lambda: len(training_children(job)) >= 3 and training_children(job), 10, "ranks"
+        lambda: len(training_children(job)) >= 3 and training_children(job), scaled(10), "ranks"
     )
     assert len(ranks) == 3  # the launcher and two ranks
     cancelled_at = time.monotonic()
     assert client.post(f"/v1/jobs/{job}/cancel").status_code == 200
     done = ended(client, job, timeout=60)
     # stopped by the ranks' agreed decision, not by the supervisor's SIGTERM after 60 s
-    assert time.monotonic() - cancelled_at < 30
+    assert time.monotonic() - cancelled_at < scaled(30)
     assert (done["status"], done["stop_reason"]) == ("cancelled", "cancelled")
     epochs = [r["epoch"] for r in rows(client, job)]
     assert 1 <= len(epochs) < 200 and epochs == list(range(1, len(epochs) + 1))
@@ -122,10 +127,7 @@ def test_ddp_ranks_die_with_their_launcher(client: httpx.Client) -> None:
     PR_SET_PDEATHSIG alone (the supervisor is frozen meanwhile, so it cannot clean up)."""
     job = submit(
         client,
-        framework="pytorch",
-        dataset={"name": "synthetic", "samples": 40000},
-        training={"epochs": 200, "batch_size": 32},
-        resources={"replicas": 2},
+        **LONG_DDP,
         max_restarts=0,
     )
     found = wait_until(
@@ -138,7 +140,7 @@ def test_ddp_ranks_die_with_their_launcher(client: httpx.Client) -> None:
     os.kill(supervisor, signal.SIGSTOP)
     try:
         os.kill(launcher, signal.SIGKILL)
-        wait_until(lambda: not any(alive(pid) for pid in ranks), 10, "the ranks to die")
+        wait_until(lambda: not any(alive(pid) for pid in ranks), scaled(10), "the ranks to die")
     finally:
         os.kill(supervisor, signal.SIGCONT)
     done = ended(client, job)
