@@ -9,8 +9,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg import OperationalError as PsycopgOperationalError
+from psycopg_pool import PoolTimeout
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolCheckoutTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.core.db import transient
 from app.schemas.api import Problem
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,29 @@ async def _http(_: Request, exc: Exception) -> JSONResponse:
     return response
 
 
+# How long a client should wait before retrying a request the database could not serve.
+DB_RETRY_AFTER_SECONDS = 2
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """A failure of the database rather than of the request: server away or restarting, our
+    connection cut mid-query, a statement timeout, no pooled connection free in time."""
+    if isinstance(exc, DBAPIError):
+        return transient(exc)
+    return isinstance(exc, PoolCheckoutTimeout | PsycopgOperationalError | PoolTimeout)
+
+
+async def _database(request: Request, exc: Exception) -> JSONResponse:
+    if not database_unavailable(exc):
+        return await _unexpected(request, exc)
+    # The client may retry: a 503 that says when, not a 500 (and no traceback in the log).
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, reason)
+    response = problem(503, "database unavailable; retry shortly")
+    response.headers["Retry-After"] = str(DB_RETRY_AFTER_SECONDS)
+    return response
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem(500, "internal error; the server log has the details")
@@ -76,10 +104,13 @@ V1_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: _documented("no such resource, or not yours"),
     413: _documented("request body too large"),
     422: _documented("invalid input; `errors` names each field"),
+    503: _documented("the database is unavailable for now; retry after `Retry-After` seconds"),
 }
 
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
+    for database_error in (DBAPIError, PoolCheckoutTimeout, PsycopgOperationalError, PoolTimeout):
+        app.add_exception_handler(database_error, _database)
     app.add_exception_handler(Exception, _unexpected)

@@ -48,11 +48,28 @@ async def fetch(statement: Select[Any], params: dict[str, Any]) -> list[tuple[An
     sql = _compiled.get(statement)
     if sql is None:
         sql = _compiled[statement] = str(statement.compile(dialect=_DIALECT))
+    return (await _run(pool, [(sql, params)]))[0]
+
+
+async def fetch_sql(
+    statements: list[tuple[str, dict[str, Any]]],
+) -> list[list[tuple[Any, ...]]] | None:
+    """Rows of each PostgreSQL statement (psycopg's own SQL), in order on one connection;
+    None on SQLite, where the caller reads another way."""
+    pool = await _pool()
+    return None if pool is None else await _run(pool, statements)
+
+
+async def _run(
+    pool: AsyncConnectionPool, statements: list[tuple[str, dict[str, Any]]]
+) -> list[list[tuple[Any, ...]]]:
+    out = []
     async with pool.connection() as conn:
-        cursor = await conn.execute(sql, params)
-        rows = await cursor.fetchall()
+        for sql, params in statements:
+            cursor = await conn.execute(sql, params)
+            out.append(await cursor.fetchall())
         _last_used[conn] = time.monotonic()
-    return rows
+    return out
 
 
 def _fetch_sqlite(statement: Select[Any], params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -81,6 +98,9 @@ def _new_pool(url: str) -> tuple[str, AsyncConnectionPool, asyncio.Future[None]]
         max_size=POOL_SIZE,
         kwargs={"autocommit": True, **limits},
         check=_check_when_idle,
+        # While the server is away a request waits this long for a connection, then its 503
+        # (app.api.errors) says to retry, instead of psycopg_pool's 30 s default.
+        timeout=float(get_settings().db_connect_timeout_seconds),
         max_lifetime=1800,
         open=False,
     )

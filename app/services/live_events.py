@@ -2,166 +2,31 @@
 
 The worker and the training child write transitions and metrics rows to the database, the source
 of truth in every deployment; the API streams them. However many clients follow a job, each API
-process reads the database once per wake-up for all the jobs being followed, then hands the new
-events to every subscriber in memory. The database wakes it when something was committed
-(app.services.event_push: LISTEN/NOTIFY on PostgreSQL, the data version on SQLite); a poll at
-`interval` remains for while that is not live, and a slow one as a safety net.
-
-An event id is a cursor "T.A.E": the last transition id and the (attempt, epoch) of the last
-metrics row a client has seen. A client that reconnects with Last-Event-ID gets exactly what it
-missed, including epochs that a resumed attempt wrote again after a lost worker.
+process reads the database once per wake-up for all the jobs being followed
+(app.services.event_reads), then hands the new events to every subscriber in memory. The
+database wakes it when something was committed (app.services.event_push: LISTEN/NOTIFY on
+PostgreSQL, the data version on SQLite); a poll at `interval` remains for while that is not
+live, and a slow one as a safety net.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
-
-import orjson
-from sqlalchemy import Row, and_, or_, select
-from sqlalchemy.engine import Connection
 
 from app.core.config import get_settings
-from app.core.db import read_engine
-from app.domain.states import TERMINAL
-from app.domain.tables import METRIC_FIELDS, EpochMetric, JobTransition
 from app.observability.telemetry import EVENT_POLLS
 from app.services.event_push import Push, push_for
+from app.services.event_reads import Cursor, Event, Reader, read_new_events, read_new_events_async
+
+__all__ = ["Cursor", "Event", "EventHub", "get_hub", "read_new_events"]
 
 log = logging.getLogger(__name__)
-CURSOR = re.compile(r"^(\d{1,18})\.(\d{1,9})\.(\d{1,9})$")
 # While the database pushes, the hub still reads this often (a safety net, not the way in).
 PUSH_FALLBACK_SECONDS = 5.0
-TRANSITIONS = JobTransition.__table__.c
-METRICS = EpochMetric.__table__.c
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """Everything up to transition `transition` and metrics row (`attempt`, `epoch`) is seen."""
-
-    transition: int = 0
-    attempt: int = 0
-    epoch: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.transition}.{self.attempt}.{self.epoch}"
-
-    @classmethod
-    def parse(cls, raw: str | None) -> Cursor:
-        if not raw:
-            return cls()
-        match = CURSOR.match(raw.strip())
-        if match is None:
-            raise ValueError(f"Last-Event-ID {raw[:64]!r} is not an event id of this stream")
-        return cls(*(int(part) for part in match.groups()))
-
-    def seen(self, event: Event) -> bool:
-        if event.kind == "transition":
-            return event.key[0] <= self.transition
-        return event.key <= (self.attempt, self.epoch)
-
-    def after(self, event: Event) -> Cursor:
-        if event.kind == "transition":
-            return Cursor(max(self.transition, event.key[0]), self.attempt, self.epoch)
-        return Cursor(self.transition, *event.key)
-
-
-@dataclass(frozen=True)
-class Event:
-    kind: str  # transition | epoch
-    key: tuple[int, ...]  # (transition id,) or (attempt, epoch)
-    at: datetime
-    data: dict[str, Any]
-    terminal: bool = False
-    id: str = ""
-    wire: bytes = b""  # the SSE message, written once however many subscribers send it
-
-
-def _transition_event(row: Row[Any]) -> Event:
-    data = {
-        "job_id": row.job_id,
-        "from_status": row.from_status,
-        "to_status": row.to_status,
-        "reason": row.reason,
-        "attempt": row.attempt,
-        "at": row.at.isoformat(),
-    }
-    return Event("transition", (row.id,), row.at, data, terminal=row.to_status in TERMINAL)
-
-
-def _epoch_event(row: Row[Any]) -> Event:
-    data = {"job_id": row.job_id, "epoch": row.epoch, "attempt": row.attempt}
-    data |= {name: getattr(row, name) for name in METRIC_FIELDS}
-    data["recorded_at"] = row.recorded_at.isoformat()
-    return Event("epoch", (row.attempt, row.epoch), row.recorded_at, data)
-
-
-def read_new(conn: Connection, cursors: Mapping[str, Cursor]) -> dict[str, list[Event]]:
-    """New events of each job after its cursor, in order, each with its resume id."""
-    if not cursors:
-        return {}
-    # Transitions first: once a terminal transition is visible, every metrics row of the job
-    # (committed before it) is visible to the second query, so no epoch is announced late.
-    transitions = conn.execute(
-        select(*TRANSITIONS)
-        .where(
-            or_(
-                *(
-                    and_(TRANSITIONS.job_id == job, TRANSITIONS.id > c.transition)
-                    for job, c in cursors.items()
-                )
-            )
-        )
-        .order_by(TRANSITIONS.id)
-    ).all()
-    rows = conn.execute(
-        select(*METRICS)
-        .where(or_(*(_rows_after(job, c) for job, c in cursors.items())))
-        .order_by(METRICS.attempt, METRICS.epoch)
-    ).all()
-    found: dict[str, list[Event]] = {}
-    for event in [*map(_transition_event, transitions), *map(_epoch_event, rows)]:
-        found.setdefault(event.data["job_id"], []).append(event)
-    return {job: _ordered(cursors[job], events) for job, events in found.items()}
-
-
-def _rows_after(job_id: str, cursor: Cursor) -> Any:
-    return and_(
-        METRICS.job_id == job_id,
-        or_(
-            METRICS.attempt > cursor.attempt,
-            and_(METRICS.attempt == cursor.attempt, METRICS.epoch > cursor.epoch),
-        ),
-    )
-
-
-def _ordered(cursor: Cursor, events: list[Event]) -> list[Event]:
-    """By time, the terminal transition last; each event's id is the cursor just after it."""
-    out = []
-    for event in sorted(events, key=lambda e: (e.terminal, e.at, e.kind != "transition")):
-        cursor = cursor.after(event)
-        # JSON on one line, so one `data:` line (the order of FastAPI's SSE encoder).
-        wire = b"event: %s\ndata: %s\nid: %s\n\n" % (
-            event.kind.encode(),
-            orjson.dumps(event.data),
-            str(cursor).encode(),
-        )
-        out.append(
-            Event(event.kind, event.key, event.at, event.data, event.terminal, str(cursor), wire)
-        )
-    return out
-
-
-def read_new_events(cursors: Mapping[str, Cursor]) -> dict[str, list[Event]]:
-    # No transaction of its own: on SQLite a transaction would take the write lock.
-    with read_engine().connect() as conn:
-        return read_new(conn, cursors)
 
 
 @dataclass
@@ -191,7 +56,7 @@ class EventHub:
     def __init__(
         self,
         interval: float,
-        reader: Callable[[Mapping[str, Cursor]], dict[str, list[Event]]] = read_new_events,
+        reader: Reader = read_new_events_async,
         push: Push | None = None,
     ) -> None:
         self.interval, self.reader, self.push = interval, reader, push
@@ -268,7 +133,10 @@ class EventHub:
         if not cursors:
             return
         try:
-            found = await asyncio.to_thread(self.reader, cursors)
+            if inspect.iscoroutinefunction(self.reader):
+                found = await self.reader(cursors)
+            else:  # a blocking reader (a test's): off the loop
+                found = await asyncio.to_thread(self.reader, cursors)  # type: ignore[arg-type]
         except Exception:  # a DB hiccup: keep the streams open and try again next round
             log.warning("reading job events failed", exc_info=True)
             return

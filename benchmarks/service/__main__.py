@@ -84,6 +84,8 @@ def bench_sse(report: Report, quick: bool, kinds: tuple[str, ...] = KINDS) -> No
         report.add(f"sse_events_per_s{tag}", stream["events_per_s"], "events/s", setup)
         report.add(f"sse_lag_p50_ms{tag}", stream["lag_p50_ms"], "ms", "row commit to client")
         report.add(f"sse_lag_p99_ms{tag}", stream["lag_p99_ms"], "ms", "row commit to client")
+        print(f"worst lag by round ({kind}): {stream['worst_lag_ms_by_epoch']}", flush=True)
+        report.add(f"sse_join_s{tag}", stream["join_s"], "s", "until all 200 streams answered")
         note = "API CPU while streaming, per event delivered"
         report.add(f"api_cpu_us_per_sse_event{tag}", stream["api_cpu_us_per_event"], "us", note)
 

@@ -65,11 +65,13 @@ async def follow(
             if line.startswith(b"event:"):
                 kind = line[6:].strip()
             elif line.startswith(b"data:") and kind == b"epoch":
-                recorded = datetime.fromisoformat(json.loads(line[5:])["recorded_at"])
+                data = json.loads(line[5:])
+                recorded = datetime.fromisoformat(data["recorded_at"])
                 if recorded.tzinfo is None:
                     recorded = recorded.replace(tzinfo=UTC)
                 now = datetime.now(UTC)
                 out["lags"].append((now - recorded).total_seconds() * 1000)
+                out["epochs"].append((data["epoch"], out["lags"][-1]))
                 out["received"].append(now.timestamp())
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
         out["errors"].append(f"{type(exc).__name__}: {str(exc)[:80]}")
@@ -78,13 +80,22 @@ async def follow(
 
 
 async def subscribe(url: str, key: str, jobs: list[str], per_job: int, seconds: float) -> dict:  # type: ignore[type-arg]
-    out: dict[str, list[Any]] = {"lags": [], "received": [], "ready": [], "errors": []}
+    out: dict[str, list[Any]] = {
+        "lags": [],
+        "received": [],
+        "ready": [],
+        "errors": [],
+        "epochs": [],
+    }
     stop_at = time.time() + seconds
     tasks = [follow(url, key, job, stop_at, out) for job in jobs for _ in range(per_job)]
+    joined = time.perf_counter()
+    announce = asyncio.ensure_future(say_when_joined(out, len(tasks), joined))
     try:  # a stream that went quiet must not hold the result back
         await asyncio.wait_for(asyncio.gather(*tasks), seconds + 10)
     except TimeoutError:
         pass
+    announce.cancel()
     ordered, received, errors = sorted(out["lags"]), out["received"], out["errors"]
     return {
         "subscribers": len(out["ready"]),
@@ -95,7 +106,24 @@ async def subscribe(url: str, key: str, jobs: list[str], per_job: int, seconds: 
         "events_per_s": len(ordered) / max(max(received) - min(received), 1e-9) if ordered else 0.0,
         "lag_p50_ms": percentile(ordered, 50),
         "lag_p99_ms": percentile(ordered, 99),
+        "worst_lag_ms_by_epoch": worst_by_epoch(out["epochs"]),
     }
+
+
+async def say_when_joined(out: dict[str, list[Any]], total: int, since: float) -> None:
+    """Print JOINED once every stream has its answer, so the writer starts on a steady state
+    (joining 200 streams costs the API a key check and a job lookup each)."""
+    while len(out["ready"]) + len(out["errors"]) < total:
+        await asyncio.sleep(0.05)
+    print(f"JOINED {time.perf_counter() - since:.3f}", flush=True)
+
+
+def worst_by_epoch(lags: list[tuple[int, float]]) -> dict[int, float]:
+    """The slowest delivery of each round of rows: is the tail one burst or every one?"""
+    worst: dict[int, float] = {}
+    for epoch, lag in lags:
+        worst[epoch] = max(worst.get(epoch, 0.0), round(lag, 1))
+    return dict(sorted(worst.items()))
 
 
 def write_epochs(
@@ -104,7 +132,7 @@ def write_epochs(
     """One epoch row per job every `interval` seconds, each batch in its own transaction."""
     engine = engine_for(env)
     epoch = 0
-    while not stop.wait(interval if epoch else 2.0):  # the first rows after subscribers join
+    while not stop.wait(interval if epoch else 1.0):  # a second after every stream joined
         epoch += 1
         now = datetime.now(UTC)
         rows = [
@@ -127,8 +155,9 @@ def run_sse(env: dict[str, str], jobs: int, per_job: int, seconds: float) -> dic
         argv = [sys.executable, "-m", __name__, service.url, service.api_key, str(path)]
         argv += ["--per-job", str(per_job), "--seconds", str(seconds)]
         api = service.processes["api"].pid
-        cpu_before = group_cpu_seconds(api)
         subscribers = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        joined = subscribers.stdout.readline() if subscribers.stdout else ""
+        cpu_before = group_cpu_seconds(api)  # streaming only: joining is reported as join_s
         stop = threading.Event()
         writer = threading.Thread(target=write_epochs, args=(env, job_ids, 0.5, stop))
         writer.start()
@@ -137,6 +166,7 @@ def run_sse(env: dict[str, str], jobs: int, per_job: int, seconds: float) -> dic
         stop.set()
         writer.join()
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result["join_s"] = float(joined.split()[1]) if joined.startswith("JOINED") else float("nan")
     result["api_cpu_us_per_event"] = cpu * 1e6 / max(result["events"], 1)
     return result
 

@@ -163,3 +163,26 @@ def test_cursor_round_trips_and_orders() -> None:
     assert str(cursor) == "12.2.7" and Cursor.parse(None) == Cursor()
     row = Event("epoch", (2, 7), None, {})  # type: ignore[arg-type]
     assert cursor.seen(row) and not cursor.seen(Event("epoch", (3, 1), None, {}))  # type: ignore[arg-type]
+
+
+def test_the_hubs_reader_on_the_loop_reads_what_the_blocking_one_reads(
+    db_env: dict[str, str],
+) -> None:
+    """On PostgreSQL the hub reads with one array-parameterised statement on the event loop;
+    it must return exactly the events (ids and SSE bytes included) of the per-job query."""
+    from app.services.event_reads import read_new_events_async
+
+    jobs = [new_job() for _ in range(3)]
+    attempts = [claim(job) for job in jobs]
+    for job, attempt in zip(jobs, attempts, strict=True):
+        for n in (1, 2, 3):
+            epoch(job, attempt, n, 1.0 / n)
+    finish(jobs[0], attempts[0])
+    second = requeue(jobs[1], keep_epochs=1)
+    epoch(jobs[1], second, 2, 0.25)
+    seen = read_new_events({jobs[2]: Cursor()})[jobs[2]]
+    cursors = {jobs[0]: Cursor(), jobs[1]: Cursor(0, 1, 2), jobs[2]: Cursor.parse(seen[1].id)}
+
+    expected = read_new_events(cursors)
+    assert sum(len(events) for events in expected.values()) >= 10
+    assert asyncio.run(read_new_events_async(cursors)) == expected
