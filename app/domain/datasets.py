@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.keys import Caller
 from app.domain.states import ACTIVE, JobStatus
-from app.domain.tables import Dataset, Job
+from app.domain.tables import ApiKey, Dataset, Job
 from app.schemas.job_spec import JobSpec, check_model_for_data
 
 UNFINISHED = (JobStatus.queued, *ACTIVE)
@@ -63,6 +63,11 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def lock_owner(session: Session, owner_id: str) -> None:
+    """Hold the key's row until this transaction ends: its storage checks run one at a time."""
+    session.execute(select(ApiKey.id).where(ApiKey.id == owner_id).with_for_update())
 
 
 def stored_bytes(session: Session, owner_id: str) -> int:

@@ -19,10 +19,14 @@ from typing import Any
 
 import httpx
 import yaml
+from rich.console import Console
 
 from benchmarks.service.replay import replayed_fraction
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
+from epochal_client.sweep_cli import trials_table
+from epochal_client.sweeps import Sweep
+from epochal_client.types import build
 from tests.helpers import ROOT, wait_until
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "pytorch-fashion-hyperband.yaml"
@@ -80,6 +84,12 @@ def curve(client: httpx.Client, job_id: str, spec: dict[str, Any]) -> list[float
     return [row[metric] for row in sorted(rows, key=lambda r: r["epoch"])]
 
 
+def print_trials(sweep: dict[str, Any]) -> None:
+    """The pruned sweep as `epochal sweep show` draws it (README's worked example)."""
+    raw = {key: value for key, value in sweep.items() if key not in ("wall_s", "curves")}
+    Console(width=130, force_terminal=False).print(trials_table(build(Sweep, raw)))
+
+
 def best_of(sweep: dict[str, Any]) -> float:
     return sweep["best"]["objective"] if sweep["best"] else float("nan")
 
@@ -88,6 +98,7 @@ def bench_pruning(report: Report, quick: bool) -> None:
     spec = example_spec(quick)
     trials, epochs, parallel = spec["max_trials"], spec["base"]["training"]["epochs"], 2
     pruned = measure(spec, 2)
+    print_trials(pruned)
     full = measure(without_pruning(spec), 2, curves=True)
     alone = measure(without_pruning(spec), 1)
     rule = f"hyperband reduction_factor {spec['pruner']['params']['reduction_factor']}"

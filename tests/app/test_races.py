@@ -53,6 +53,37 @@ def test_the_per_key_limit_holds_under_concurrent_submits(client: TestClient) ->
     assert active == LIMIT
 
 
+UPLOADS = 20
+
+
+def test_the_storage_quota_holds_under_concurrent_uploads(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Room for two uploads, twenty at once: the check before parsing lets them all through
+    side by side, the one at commit (the key's row locked) admits exactly two."""
+    from app.domain.datasets import stored_bytes
+    from tests.app.test_datasets import images, npz, stored_files
+
+    content = npz(**images(n=400))
+    probe = client.post("/v1/datasets", files={"file": ("d.npz", content)})
+    assert probe.status_code == 201, probe.text
+    size = probe.json()["size_bytes"]
+    assert client.delete(f"/v1/datasets/{probe.json()['id']}").status_code == 204
+    monkeypatch.setenv("EPOCHAL_MAX_STORAGE_BYTES_PER_KEY", str(size * 5 // 2))
+    get_settings.cache_clear()
+
+    def post(_: int) -> int:
+        return client.post("/v1/datasets", files={"file": ("d.npz", content)}).status_code
+
+    with ThreadPoolExecutor(UPLOADS) as pool:
+        codes = Counter(pool.map(post, range(UPLOADS)))
+    assert codes == {201: 2, 507: UPLOADS - 2}, codes
+    with session_scope() as session:
+        owner = session.scalar(text("SELECT owner_id FROM dataset LIMIT 1"))
+        assert stored_bytes(session, owner) == 2 * size
+    assert len(stored_files()) == 2  # a refused upload leaves no file
+
+
 def running_job_with_expired_lease() -> str:
     """A job on its last allowed attempt whose lease has run out: the reaper will fail it."""
     with session_scope() as session:

@@ -32,12 +32,14 @@ SETTINGS = {
     "EPOCHAL_CANCEL_GRACE_SECONDS": "2",
     "EPOCHAL_KILL_GRACE_SECONDS": "2",
 }
-# About half a second an epoch on one core: long enough to kill mid-job, short to finish.
+# About a sixth of a second an epoch on one core (250 steps): long enough to kill mid-job,
+# short to finish; 12 epochs leave room after the kill at epoch 3 on a fast machine.
+EPOCHS = 12
 LONG_JOB: dict[str, Any] = {
     "framework": "pytorch",
-    "dataset": {"name": "synthetic", "samples": 12000, "features": 32},
+    "dataset": {"name": "synthetic", "samples": 4000, "features": 32},
     "model": {"hidden_units": [64]},
-    "training": {"epochs": 8, "batch_size": 16},
+    "training": {"epochs": EPOCHS, "batch_size": 16},
 }
 
 
@@ -123,7 +125,7 @@ def test_killed_worker_resumes_from_checkpoint_three_times(
         assert done["status"] == "succeeded", (round_, done["error"])
         assert done["attempt"] == 2 and done["stop_reason"] == "completed"
         rows = metric_attempts(service, job_id)
-        assert [epoch for epoch, _ in rows] == list(range(1, 9))  # exactly one row per epoch
+        assert [epoch for epoch, _ in rows] == list(range(1, EPOCHS + 1))  # one row per epoch
         kept = [epoch for epoch, attempt in rows if attempt == 1]
         # Resumed from the checkpoint (epoch 2 or 3), not from scratch: rows up to it were
         # kept, every later row was written again by attempt 2.

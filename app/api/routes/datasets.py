@@ -105,12 +105,31 @@ def create_dataset(
     path = uploads.store(arrays, get_settings().resolved_data_dir, row.id)
     row.size_bytes = path.stat().st_size  # what it costs is what is stored, not what was sent
     try:
+        _within_quota_at_commit(session, key, row.size_bytes)
         session.add(row)
         session.commit()
-    except Exception:
+    except BaseException:
+        session.rollback()
         path.unlink(missing_ok=True)  # no row, no file
         raise
     return DatasetPublic.model_validate(row)
+
+
+def _within_quota_at_commit(session: SessionDep, key: CurrentKey, size: int) -> None:
+    """The quota again, in the transaction that adds the row and serialised per key (the
+    key's row locked on PostgreSQL; SQLite's write transactions are serial already): two
+    uploads checked side by side before either was stored cannot both fit in one's room."""
+    quota = get_settings().max_storage_bytes_per_key
+    if quota is None:
+        return
+    datasets.lock_owner(session, key.id)
+    used = datasets.stored_bytes(session, key.id)
+    if used + size > quota:
+        raise HTTPException(
+            507,
+            f"this key stores {used} bytes of uploads and this one takes {size}; the quota is "
+            f"{quota} (EPOCHAL_MAX_STORAGE_BYTES_PER_KEY); delete an upload first",
+        )
 
 
 @router.get("", response_model=DatasetsPublic)
