@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from benchmarks.machine import describe as machine
-from benchmarks.service import growth, latency, overhead, polling, predict, sse
+from benchmarks.service import flood, growth, latency, overhead, polling, predict, sse
 from benchmarks.service.pruning import bench_pruning
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
@@ -142,7 +142,36 @@ def bench_predict(report: Report, quick: bool) -> None:
     report.add("predict_baseline_get_job_p50_ms", result["get_job_p50_ms"], "ms", baseline)
 
 
-STEPS = ("latency", "overhead", "polling", "sse", "growth", "predict", "sweeps", "pruning")
+def bench_flood(report: Report, quick: bool) -> None:
+    scrapers, seconds = (50, 5) if quick else (200, 20)
+    with bench_env("postgres") as env:
+        found = flood.run_flood(env, scrapers, seconds)
+    probe = f"GET {flood.PROBE} with a key, 5 clients x 2/s"
+    for phase, label in (("alone", "nothing else running"), ("flooded", f"{scrapers} scrapers")):
+        result = found[phase]
+        note = f"{probe}, {label}, errors {result['errors']}"
+        report.add(f"probe_p50_ms_{phase}", result["p50_ms"], "ms", note)
+        report.add(f"probe_p99_ms_{phase}", result["p99_ms"], "ms", "goal <= 200 when flooded")
+        count = f"{result['requests']} requests"
+        report.add(f"probe_max_ms_{phase}", result["max_ms"], "ms", count)
+    scrape = found["scrapers"]
+    note = f"{scrapers} clients back to back, unauthenticated; answers other than 200 (503 busy)"
+    report.add("scrapes_per_s", scrape["rps"], "req/s", "GET /metrics, 2 uvicorn workers")
+    refused = 100 * scrape["errors"] / max(scrape["requests"], 1)
+    report.add("scrapes_refused_pct", refused, "%", note)
+
+
+STEPS = (
+    "latency",
+    "overhead",
+    "polling",
+    "sse",
+    "growth",
+    "predict",
+    "sweeps",
+    "pruning",
+    "flood",
+)
 
 
 def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) -> Report:
@@ -160,6 +189,7 @@ def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) ->
         "sweeps": lambda: bench_sweeps(report, quick),
         "pruning": lambda: bench_pruning(report, quick),
         "predict": lambda: bench_predict(report, quick),
+        "flood": lambda: bench_flood(report, quick),
     }
     for name in STEPS:
         if only in (None, name):

@@ -2,7 +2,7 @@
 (examples/sweeps/pytorch-fashion-hyperband.yaml: 24 trials over learning rate, width and L2 of
 a PyTorch MLP on Fashion-MNIST) with its Hyperband pruner against the same sampler and seed
 without pruning (epochs trained, best objective), and the sweep without pruning on one worker
-against two (wall time: the same 24 trials and 216 epochs either way, where a Hyperband
+against two (wall time: the same 24 trials and epochs either way, where a Hyperband
 sweep's work depends on its brackets, drawn from its random id). Everything real: the API and
 Celery workers as processes, PostgreSQL and Redis, every trial a training process. The
 measured curves are then replayed through Hyperband for many ids (benchmarks/service/replay.py).
