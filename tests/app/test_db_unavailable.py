@@ -5,48 +5,28 @@ closed to new connections and every session of it terminated."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from sqlalchemy.engine import make_url
 
 from app.api.errors import DB_RETRY_AFTER_SECONDS
-from tests.conftest import make_key
-from tests.helpers import (
-    PG_ADMIN,
-    REDIS,
-    configure,
-    create_pg_database,
-    drop_pg_database,
-    migrate,
-    pick_redis_db,
-)
+from tests.conftest import make_key, make_service_env
+from tests.helpers import PG_ADMIN, configure
 
 pytestmark = pytest.mark.postgres
 SPEC = {"framework": "pytorch", "dataset": {"name": "digits"}, "training": {"epochs": 1}}
 
 
 @pytest.fixture
-def private_pg(tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def private_pg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Settings on a PostgreSQL database of this test's own (it will be closed to everyone)."""
-    name = f"epochal_unavailable_{secrets.token_hex(4)}"
-    broker, redis_client = pick_redis_db(REDIS)
-    env = {
-        "EPOCHAL_HOME": str(tmp_path / "home"),
-        "EPOCHAL_DATABASE_URL": create_pg_database(PG_ADMIN, name),
-        "EPOCHAL_BROKER_URL": broker,
-        "EPOCHAL_DB_CONNECT_TIMEOUT_SECONDS": "2",
-    }
-    configure(monkeypatch, env)
-    migrate()
-    try:
-        yield name
-    finally:
-        admin(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true')
-        drop_pg_database(PG_ADMIN, name)
-        redis_client.flushdb()
+    with make_service_env("postgres", tmp_path / "home") as env:
+        configure(monkeypatch, {**env, "EPOCHAL_DB_CONNECT_TIMEOUT_SECONDS": "2"})
+        yield str(make_url(env["EPOCHAL_DATABASE_URL"]).database)
 
 
 def admin(sql: str) -> None:
