@@ -87,7 +87,9 @@ class Settings(BaseSettings):
         description="Arrays of one upload as stored (x as float32 or uint8), CSV too.",
     )
     max_storage_bytes_per_key: int | None = Field(
-        None, ge=1024, description="Stored uploads one key may keep in all (unset: no quota)."
+        None,
+        ge=1024,
+        description="Uploads and job artifacts one key may keep in all (unset: no quota).",
     )
 
     max_job_memory_bytes: int | None = Field(

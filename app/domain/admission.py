@@ -87,6 +87,12 @@ def cost_errors(spec: JobSpec, cost: Cost, capacity: tuple[int | None, int | Non
     return errors
 
 
+def disk_estimate(session: Session, spec: JobSpec) -> int | None:
+    """The job's checkpoints and model, estimated (None while its upload is missing)."""
+    data = data_of(session, spec)
+    return None if data is None else estimate(spec, data).disk_bytes
+
+
 def admission_errors(session: Session, spec: JobSpec, where: str = "") -> list[Any]:
     """Why this job cannot be admitted on cost, as field errors ([] when it fits)."""
     data = data_of(session, spec)

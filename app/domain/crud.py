@@ -14,10 +14,11 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from app.domain.datasets import lock_owner
 from app.domain.job_reads import page_query
 from app.domain.paging import encode_cursor
 from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
-from app.domain.tables import ApiKey, Job, JobTransition, Worker, utcnow
+from app.domain.tables import Job, JobTransition, Worker, utcnow
 from app.schemas.job_spec import JobSpec
 
 
@@ -33,9 +34,11 @@ def create_job(
     owner_id: str | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
+    disk_bytes: int | None = None,
 ) -> Job:
     """Store a new queued job (the caller commits before it is sent to the broker)."""
     job = Job(
+        disk_bytes=disk_bytes,
         owner_id=owner_id,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
@@ -280,6 +283,11 @@ def find_idempotent(session: Session, owner_id: str | None, key: str) -> Job | N
     return session.scalars(query).first()
 
 
+def set_disk_bytes(session: Session, job_id: str, size: int) -> None:
+    """What the job's directory holds now (its key's storage quota counts it)."""
+    session.execute(update(Job).where(Job.id == job_id).values(disk_bytes=size))
+
+
 def count_active(session: Session, owner_id: str) -> int:
     """Jobs of this owner that are queued or running (the per-key quota counts these).
 
@@ -288,7 +296,7 @@ def count_active(session: Session, owner_id: str) -> int:
     up, a job's foreign-key check is not blocked); SQLite's BEGIN IMMEDIATE already serializes
     every writer (app.core.db), and the clause renders as nothing there.
     """
-    session.execute(select(ApiKey.id).where(ApiKey.id == owner_id).with_for_update(key_share=True))
+    lock_owner(session, owner_id)
     active = (JobStatus.queued, *ACTIVE)
     query = (
         select(func.count())

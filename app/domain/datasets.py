@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.core.config import get_settings
 from app.domain.keys import Caller
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.tables import ApiKey, Dataset, Job
@@ -66,13 +67,35 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
 
 
 def lock_owner(session: Session, owner_id: str) -> None:
-    """Hold the key's row until this transaction ends: its storage checks run one at a time."""
-    session.execute(select(ApiKey.id).where(ApiKey.id == owner_id).with_for_update())
+    """Hold the key's row until this transaction ends, so its quota checks run one at a time:
+    FOR NO KEY UPDATE on PostgreSQL (a job's or upload's foreign-key check is not blocked);
+    SQLite's BEGIN IMMEDIATE serializes every writer already, and the clause renders as
+    nothing there."""
+    session.execute(select(ApiKey.id).where(ApiKey.id == owner_id).with_for_update(key_share=True))
 
 
 def stored_bytes(session: Session, owner_id: str) -> int:
-    """What this key's uploads take on disk, in all (its storage quota counts it)."""
-    query = select(func.coalesce(func.sum(Dataset.size_bytes), 0)).where(
+    """What this key stores, in all: its uploads, and its jobs' artifacts (what each job's
+    directory held when its last attempt ended, or the estimate reserved at submit)."""
+    uploads = select(func.coalesce(func.sum(Dataset.size_bytes), 0)).where(
         Dataset.owner_id == owner_id
     )
-    return int(session.scalar(query) or 0)
+    artifacts = select(func.coalesce(func.sum(Job.disk_bytes), 0)).where(Job.owner_id == owner_id)
+    return int(session.scalar(uploads) or 0) + int(session.scalar(artifacts) or 0)
+
+
+def over_quota(session: Session, owner_id: str, adding: int, what: str) -> str | None:
+    """Why `adding` more bytes for this key break its storage quota; None when they fit.
+    Locks the key's row first: a caller that then stores and commits is atomic."""
+    quota = get_settings().max_storage_bytes_per_key
+    if quota is None:
+        return None
+    lock_owner(session, owner_id)
+    used = stored_bytes(session, owner_id)
+    if used + adding <= quota:
+        return None
+    return (
+        f"this key stores {used} bytes (uploads and job artifacts) and {what} {adding}; the "
+        f"quota is {quota} (EPOCHAL_MAX_STORAGE_BYTES_PER_KEY); delete an upload or a "
+        "finished job first"
+    )

@@ -17,6 +17,7 @@ all of them come from the job id or a server-made dataset id, never from a reque
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,17 @@ class JobFiles:
     @property
     def model_dir(self) -> Path:
         return self.root / "model"
+
+    def size_bytes(self) -> int:
+        """What the job's files take, in all (0 when it has none yet)."""
+        total = 0
+        for folder, _, names in os.walk(self.root):
+            for name in names:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_size
+                except OSError:  # gone meanwhile (a checkpoint rotated)
+                    pass
+        return total
 
     def model(self, framework: str) -> Path:
         """The exported model of a job trained with `framework`."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from app.domain import crud
 from app.domain.job_files import JobFiles
 from app.domain.states import TERMINAL
 from app.domain.tables import Job, utcnow
@@ -31,6 +32,11 @@ def delete_job_rows(session: Session, job_id: str) -> bool:
 def remove_job_files(artifacts_dir: Path, job_id: str) -> None:
     """The job's directory under EPOCHAL_ARTIFACTS_DIR, whatever it holds."""
     shutil.rmtree(JobFiles.of(artifacts_dir, job_id).root, ignore_errors=True)
+
+
+def record_disk(session: Session, artifacts_dir: Path, job_id: str) -> None:
+    """What the job's directory holds now, for its key's storage quota (the caller commits)."""
+    crud.set_disk_bytes(session, job_id, JobFiles.of(artifacts_dir, job_id).size_bytes())
 
 
 def prune_checkpoints(artifacts_dir: Path, job_id: str) -> bool:
@@ -65,6 +71,8 @@ def apply_retention(session: Session, artifacts_dir: Path, days: float, delete_j
                     session.commit()
                     remove_job_files(artifacts_dir, job_id)
                     touched += 1
-            else:
-                touched += prune_checkpoints(artifacts_dir, job_id)
+            elif prune_checkpoints(artifacts_dir, job_id):
+                record_disk(session, artifacts_dir, job_id)
+                session.commit()
+                touched += 1
     return touched

@@ -105,6 +105,9 @@ class Job(Base):
     # A sweep's trial (app.services.sweeps): its sweep and Optuna trial number.
     sweep_id: Mapped[str | None] = mapped_column(ForeignKey("sweep.id"), index=True)
     sweep_trial: Mapped[int | None] = mapped_column(Integer)
+    # Its artifacts in its key's storage quota: the estimate reserved at submit, then what its
+    # directory holds once an attempt ends (migration 0006).
+    disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),

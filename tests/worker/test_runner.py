@@ -259,3 +259,14 @@ def test_the_supervisors_own_sigkill_is_never_taken_for_oom(settings: Settings) 
 
 def test_this_host_reports_available_and_peak_memory() -> None:
     assert (memory_available() or 0) > 2**20 and (peak_rss(os.getpid()) or 0) > 2**20
+
+
+def test_an_attempts_end_records_what_the_job_keeps_on_disk(settings: Settings) -> None:
+    """The key's storage quota counts a job's artifacts as they are once an attempt ended."""
+    job = running_job(max_restarts=0)
+    files = JobFiles.of(settings.resolved_artifacts_dir, job.id)
+    (files.root / "checkpoints").mkdir(parents=True)
+    (files.root / "checkpoints" / "epoch-0001").write_bytes(b"x" * 3000)
+    files.log.write_bytes(b"y" * 500)
+    record(settings, job.id, 1, Outcome.failure("invalid_data", "the job's own problem"))
+    assert stored(job.id).disk_bytes == 3500

@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings, get_settings
 from app.core.db import retrying, session_scope
-from app.domain import crud
+from app.domain import crud, retention
 from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line, cap_log
 from app.domain.states import ErrorCode, JobStatus, StopReason
@@ -296,6 +296,8 @@ def record_end(settings: Settings, run: Attempt) -> None:
 def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> None:
     """Write the attempt's end; a sweep's trial that ended lets its sweep queue the next."""
     sweep_id = _record(settings, job_id, attempt, outcome)
+    with session_scope() as session:  # what the attempt left on disk counts in the key's quota
+        retention.record_disk(session, settings.resolved_artifacts_dir, job_id)
     if sweep_id is not None:
         sweeps.trial_ended(sweep_id)
 

@@ -64,16 +64,10 @@ def _check_cost(session: SessionDep, key: CurrentKey, planned: int) -> None:
             f"the arrays take {planned} bytes once stored (x as float32 unless uint8); the "
             f"limit is {limit} (EPOCHAL_MAX_UPLOAD_ARRAY_BYTES)",
         )
-    quota = settings.max_storage_bytes_per_key
-    if quota is not None:
-        used = datasets.stored_bytes(session, key.id)
-        session.rollback()  # end the read: no transaction stays open while the file is parsed
-        if used + planned > quota:
-            raise uploads.UploadError(
-                507,
-                f"this key stores {used} bytes of uploads and this one needs {planned}; the "
-                f"quota is {quota} (EPOCHAL_MAX_STORAGE_BYTES_PER_KEY); delete an upload first",
-            )
+    why = datasets.over_quota(session, key.id, planned, "this upload needs")
+    session.rollback()  # end the read: no transaction stays open while the file is parsed
+    if why is not None:
+        raise uploads.UploadError(507, why)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=DatasetPublic)
@@ -116,20 +110,11 @@ def create_dataset(
 
 
 def _within_quota_at_commit(session: SessionDep, key: CurrentKey, size: int) -> None:
-    """The quota again, in the transaction that adds the row and serialised per key (the
-    key's row locked on PostgreSQL; SQLite's write transactions are serial already): two
+    """The quota again, in the transaction that adds the row, the key's row locked: two
     uploads checked side by side before either was stored cannot both fit in one's room."""
-    quota = get_settings().max_storage_bytes_per_key
-    if quota is None:
-        return
-    datasets.lock_owner(session, key.id)
-    used = datasets.stored_bytes(session, key.id)
-    if used + size > quota:
-        raise HTTPException(
-            507,
-            f"this key stores {used} bytes of uploads and this one takes {size}; the quota is "
-            f"{quota} (EPOCHAL_MAX_STORAGE_BYTES_PER_KEY); delete an upload first",
-        )
+    why = datasets.over_quota(session, key.id, size, "this upload takes")
+    if why is not None:
+        raise HTTPException(507, why)
 
 
 @router.get("", response_model=DatasetsPublic)

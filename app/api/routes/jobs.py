@@ -23,7 +23,8 @@ from app.api.deps import (
 from app.api.responses import FastJSON
 from app.core.async_db import fetch
 from app.core.config import get_settings
-from app.domain import crud, job_reads, retention
+from app.domain import crud, datasets, job_reads, retention
+from app.domain.admission import disk_estimate
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import ID_CHARS, Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
@@ -108,6 +109,9 @@ def _store(
     _check_quota(session, key)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     check_job_fits(session, spec)  # and the job must fit in a worker's memory and disk
+    disk = disk_estimate(session, spec)  # reserved in the key's storage quota until it ran
+    if why := datasets.over_quota(session, key.id, disk or 0, "this job's files need"):
+        raise HTTPException(507, why)
     try:
         job = crud.create_job(
             session,
@@ -116,6 +120,7 @@ def _store(
             owner_id=key.id,
             idempotency_key=idempotency_key,
             request_hash=digest,
+            disk_bytes=disk,
         )
         session.commit()
     except IntegrityError:  # a concurrent request with the same key won the race
