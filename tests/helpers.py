@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
+from app.core.async_db import close_pool
 from app.core.config import get_settings
 from app.core.db import reset_engines
 from app.domain.keys import KEYS
@@ -59,6 +61,19 @@ def configure(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     clear_caches()
+
+
+def run_async(main: Coroutine[Any, Any, Any]) -> Any:
+    """asyncio.run(main), closing the loop's PostgreSQL pool after it (app.core.async_db), as
+    the app's shutdown does: a pool left open keeps the loop from ending."""
+
+    async def closing() -> Any:
+        try:
+            return await main
+        finally:
+            await close_pool()
+
+    return asyncio.run(closing())
 
 
 def clear_caches() -> None:

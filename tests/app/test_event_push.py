@@ -16,7 +16,7 @@ from app.core.db import get_engine
 from app.services.event_push import APPLICATION_NAME, PgListener, push_for
 from app.services.live_events import Cursor, Event, EventHub, read_new_events
 from tests.app.test_events import claim, collect, epoch, finish, label, new_job
-from tests.helpers import scaled
+from tests.helpers import run_async, scaled
 
 NO_POLL = 600.0  # seconds: longer than any test waits, so only a wake-up delivers an event
 EXPECTED = [
@@ -55,7 +55,7 @@ def test_commits_wake_the_hub_without_its_poll(db_env: dict[str, str]) -> None:
         await asyncio.to_thread(finish, job, attempt)
         return await asyncio.wait_for(stream, scaled(20))
 
-    events = asyncio.run(scenario())
+    events = run_async(scenario())
     assert [label(e) for e in events] == EXPECTED
 
 
@@ -123,7 +123,7 @@ def test_a_killed_listening_connection_loses_and_reorders_nothing(pg_env: dict[s
         assert listener.connects == 2 and len(pids) == 2 and pids[1] != first
         return events
 
-    events = asyncio.run(scenario())
+    events = run_async(scenario())
     assert [label(e) for e in events] == EXPECTED
     ids = [Cursor.parse(e.id) for e in events]
     assert len(set(ids)) == len(ids)
@@ -131,7 +131,7 @@ def test_a_killed_listening_connection_loses_and_reorders_nothing(pg_env: dict[s
     async def resumed() -> list[Any]:  # a client that saw epoch 2 before the kill comes back
         return await collect(EventHub(NO_POLL), job, ids[3])
 
-    assert [label(e) for e in asyncio.run(resumed())] == EXPECTED[4:]
+    assert [label(e) for e in run_async(resumed())] == EXPECTED[4:]
 
 
 def terminate(pid: int) -> None:

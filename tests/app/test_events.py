@@ -13,6 +13,7 @@ from app.domain import crud, epoch_rows
 from app.domain.states import JobStatus
 from app.schemas.job_spec import JobSpec
 from app.services.live_events import Cursor, Event, EventHub, read_new_events
+from tests.helpers import run_async
 
 
 def new_job() -> str:
@@ -185,4 +186,4 @@ def test_the_hubs_reader_on_the_loop_reads_what_the_blocking_one_reads(
 
     expected = read_new_events(cursors)
     assert sum(len(events) for events in expected.values()) >= 10
-    assert asyncio.run(read_new_events_async(cursors)) == expected
+    assert run_async(read_new_events_async(cursors)) == expected
