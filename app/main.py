@@ -11,6 +11,7 @@ from app.api import errors
 from app.api.body_limit import BodySizeLimit
 from app.api.clean_url import CleanUrl
 from app.api.deps import current_key
+from app.api.polled import PolledFastPath
 from app.api.routes import (
     artifacts,
     datasets,
@@ -52,6 +53,7 @@ def create_app() -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    app.add_middleware(PolledFastPath)  # innermost: behind the URL, size and logging layers
     app.add_middleware(
         BodySizeLimit,
         max_bytes=settings.max_body_bytes,

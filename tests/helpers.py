@@ -41,6 +41,16 @@ CHECKOUT_CLI = (sys.executable, "-m", "app.cli")
 MACHINE_SCALE = min(max(float(os.environ.get("EPOCHAL_TEST_TIME_SCALE") or 1), 1.0), 6.0)
 PARALLEL_TESTS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
 TIME_SCALE = MACHINE_SCALE * max(1.0, PARALLEL_TESTS * 2 / (os.cpu_count() or 2))
+# Each test's share of the cores for the training it runs, in process or in the services it
+# starts (they inherit the environment). PyTorch (OpenMP) and TensorFlow size their thread pools
+# by the host's cores, so two tests side by side, each training on a thread per core, make their
+# spinning threads fight: test_service.py's PostgreSQL and SQLite halves side by side took 85 s
+# and 154 s of CPU with the defaults, 63 s and 112 s with one thread each.
+# (Set in each xdist worker only: one test at a time gets the defaults, a thread per core.)
+if PARALLEL_TESTS > 1:
+    TRAIN_THREADS = str(max(1, (os.cpu_count() or 2) // PARALLEL_TESTS))
+    os.environ.setdefault("OMP_NUM_THREADS", TRAIN_THREADS)
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", TRAIN_THREADS)
 
 
 def scaled(seconds: float) -> float:

@@ -81,9 +81,14 @@ def database_unavailable(exc: BaseException) -> bool:
 async def _database(request: Request, exc: Exception) -> JSONResponse:
     if not database_unavailable(exc):
         return await _unexpected(request, exc)
+    return unavailable(request.method, request.url.path, exc)
+
+
+def unavailable(method: str, path: str, exc: BaseException) -> JSONResponse:
+    """The 503 for a request the database could not serve, logged in one line."""
     # The client may retry: a 503 that says when, not a 500 (and no traceback in the log).
     reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, reason)
+    log.warning("database unavailable on %s %s: %s", method, path, reason)
     response = problem(503, "database unavailable; retry shortly")
     response.headers["Retry-After"] = str(DB_RETRY_AFTER_SECONDS)
     return response

@@ -29,6 +29,8 @@ from app.core.config import get_settings
 # Connections of each API process's pool: a read holds one for well under a millisecond, so a
 # few serve thousands of reads a second, and a burst waits for one on the loop.
 POOL_SIZE = 8
+# How long the pool keeps retrying a connection in the background once one failed.
+RECONNECT_GIVE_UP_SECONDS = 3.0
 
 # One pool per event loop: an async connection belongs to the loop that opened it (uvicorn
 # has one loop per process; each test client its own).
@@ -101,6 +103,11 @@ def _new_pool(url: str) -> tuple[str, AsyncConnectionPool, asyncio.Future[None]]
         # While the server is away a request waits this long for a connection, then its 503
         # (app.api.errors) says to retry, instead of psycopg_pool's 30 s default.
         timeout=float(get_settings().db_connect_timeout_seconds),
+        # psycopg_pool retries a failed connect with a doubling delay (1, 2, 4 ... s) for
+        # reconnect_timeout, 5 min by default: after an outage of a minute the pool could sit
+        # out half a minute more with the server back, every read a 503. Giving up after a few
+        # seconds hands the retry to the next request, which connects at once.
+        reconnect_timeout=RECONNECT_GIVE_UP_SECONDS,
         max_lifetime=1800,
         open=False,
     )

@@ -5,6 +5,7 @@ closed to new connections and every session of it terminated."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,3 +72,24 @@ def test_requests_get_503_while_the_database_is_away(private_pg: str) -> None:
         for method, path in routes:
             response = client.request(method, path, headers=headers, json=SPEC)
             assert response.status_code < 300, (path, response.text)
+
+
+def test_reads_come_back_with_the_database_not_after_the_pools_backoff(
+    private_pg: str,
+) -> None:
+    # psycopg_pool retries a failed connect after 1, 2, 4, 8 ... s: after an outage of several
+    # seconds its next try can be seconds after the server is back (app.core.async_db).
+    from app.main import create_app
+
+    headers = {"Authorization": f"Bearer {make_key('tester')}"}
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        job_id = client.post("/v1/jobs", headers=headers, json=SPEC).json()["id"]
+        path = f"/v1/jobs/{job_id}/metrics"
+        assert client.get(path, headers=headers).status_code == 200
+        close_database(private_pg, allow=False)
+        outage_ends = time.monotonic() + 10
+        while time.monotonic() < outage_ends:
+            assert client.get(path, headers=headers).status_code == 503
+            time.sleep(0.5)
+        close_database(private_pg, allow=True)
+        assert client.get(path, headers=headers).status_code == 200

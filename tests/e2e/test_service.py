@@ -4,11 +4,13 @@ database — on the embedded default (SQLite + filesystem broker) and on Postgre
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.e2e.procs import training_children, training_processes_of
 from tests.helpers import Service, running_service, wait_for_status, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -126,6 +128,30 @@ def test_cancel_running_job_keeps_finished_epochs(client: httpx.Client) -> None:
     rows = epochs_of(client, job["id"])
     assert 1 <= len(rows) < 1000 and [r["epoch"] for r in rows] == list(range(1, len(rows) + 1))
     assert "cancelling" in [t["to_status"] for t in done["transitions"]]
+
+
+def test_the_next_child_imports_its_framework_while_a_job_trains(
+    service: Service, client: httpx.Client
+) -> None:
+    if "EPOCHAL_DATABASE_URL" in service.env:
+        pytest.skip("the process model does not depend on the database: runs on sqlite only")
+    home = Path(service.env["EPOCHAL_HOME"])
+    long_job = {"dataset": {"name": "synthetic", "samples": 4000}, "training": {"epochs": 1000}}
+    first = submit(client, framework="pytorch", **long_job)["id"]
+    wait_until(lambda: len(epochs_of(client, first)) >= 1, 120, "the first epoch")
+
+    def waiting() -> list[int]:
+        return [p for p in training_processes_of(home) if p not in training_children(first)]
+
+    # Started when the job's child was, not when it ends: the next job need not wait for it.
+    (warm,) = wait_until(waiting, 30, "a warm child beside the running job")
+    client.post(f"/v1/jobs/{first}/cancel")
+    wait_for_status(client, first, {"cancelled"}, timeout=60)
+    second = submit(client, framework="pytorch", **long_job)["id"]
+    wait_until(lambda: len(epochs_of(client, second)) >= 1, 120, "the second job's first epoch")
+    assert training_children(second) == [warm]
+    client.post(f"/v1/jobs/{second}/cancel")
+    wait_for_status(client, second, {"cancelled"}, timeout=60)
 
 
 def test_queued_job_cancelled_while_no_worker_runs_never_runs(

@@ -29,6 +29,7 @@ from pathlib import Path
 from setproctitle import setproctitle
 
 from app.core.config import get_settings
+from app.core.db import get_engine
 from app.core.log_setup import configure_logging
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
@@ -164,6 +165,7 @@ def wait_for_assignment(framework: str) -> tuple[str, int, float]:
 
     importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
     importlib.import_module("worker.child.attempt")
+    get_engine()  # its database driver and dialect, ~0.2 s (it connects on first use)
     with contextlib.suppress(ImportError):  # what the digits data set needs, ~0.7 s
         importlib.import_module("sklearn.datasets")
     with contextlib.suppress(ImportError):  # what a sweep's trial reports to, ~0.7 s

@@ -84,8 +84,8 @@ def run_job(job_id: str, worker_name: str) -> None:
         _run_attempt(settings, job_id, attempt, spec, started_at)
     finally:
         _set_current_job(worker_name, None)
-        if not shutdown.requested():
-            warm_up(settings, [spec.framework])  # the next job of this kind starts warm
+        if not shutdown.requested():  # a no-op unless the waiting child is gone
+            warm_up(settings, [spec.framework])
 
 
 def _run_attempt(
@@ -148,6 +148,9 @@ def start_child(
     files.spec.write_text(spec.model_dump_json())
     append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s)")
     process = POOL.assign(spec.framework, job_id, attempt)
+    # The next child of this kind imports its framework while this one trains, so a job that
+    # comes right after this one ends (a sweep's next trial) starts warm too.
+    warm_up(settings, [spec.framework])
     if process is None:
         with files.log.open("ab") as log_file:  # the child keeps its own copy of the fd
             process = subprocess.Popen(

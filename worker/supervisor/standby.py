@@ -2,10 +2,11 @@
 
 A new training process per attempt keeps every guarantee of the process model (GPU memory,
 TensorFlow strategies and CUDA state die with it, P12-P16), but importing the framework costs
-~1 s for PyTorch and ~3 s for TensorFlow before the first step. So after each job (and when
-the pool process starts) the supervisor starts the *next* child at once: it imports its
-framework and waits on stdin for one assignment. The job still gets a fresh process of its
-own; it just does not wait for the import. Set EPOCHAL_WARM_FRAMEWORKS="" to turn this off.
+~1 s for PyTorch and ~3 s for TensorFlow before the first step. So when a job's child starts
+(and when the pool process starts) the supervisor starts the *next* child at once: it imports
+its framework while the job trains and waits on stdin for one assignment, so a job that comes
+right after another ends (a sweep's next trial) does not wait for the import either. Each job
+still gets a fresh process of its own. Set EPOCHAL_WARM_FRAMEWORKS="" to turn this off.
 """
 
 from __future__ import annotations

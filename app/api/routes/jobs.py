@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.exc import IntegrityError
 
+from app.api import polled
 from app.api.deps import (
     CurrentKey,
     JobDep,
@@ -16,14 +17,11 @@ from app.api.deps import (
     SessionDep,
     check_job_dataset,
     check_job_fits,
-    may_see,
-    owner_filter,
     release_db,
 )
 from app.api.responses import FastJSON
-from app.core.async_db import fetch
 from app.core.config import get_settings
-from app.domain import crud, datasets, job_reads, retention
+from app.domain import crud, datasets, retention
 from app.domain.admission import disk_estimate
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import ID_CHARS, Job, Sweep
@@ -142,20 +140,11 @@ async def read_jobs(
     sweep_id: Annotated[str | None, Query(max_length=64, pattern=ID_CHARS)] = None,
 ) -> Response:
     """List jobs, newest first, with cursor pagination."""
+    filters = {"status": status_, "framework": framework, "sweep_id": sweep_id}
     try:
-        statement, params = job_reads.page_query(
-            None,
-            limit=limit,
-            cursor=cursor,
-            status=status_,
-            framework=framework,
-            owner_id=owner_filter(key),
-            sweep_id=sweep_id,
-        )
+        return FastJSON(await polled.jobs_content(key, limit, cursor, **filters))
     except ValueError as exc:  # a cursor this API did not make
         raise HTTPException(status_code=422, detail=str(exc)) from exc
-    items, next_cursor = job_reads.summaries(await fetch(statement, params), limit)
-    return FastJSON({"items": items, "next_cursor": next_cursor})
 
 
 @router.get("/{job_id}", response_model=JobPublic)
@@ -172,11 +161,10 @@ async def read_metrics(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
     """Per-epoch metrics after `since_epoch` (cheap to poll: one query, the job with its rows)."""
-    params = job_reads.metrics_params(job_id, since_epoch, limit)
-    found = job_reads.metrics(await fetch(job_reads.METRICS_AFTER, params))
-    if found is None or not may_see(key, found[0]):
+    content = await polled.metrics_content(key, job_id, since_epoch, limit)
+    if content is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id}")
-    return FastJSON({"job_id": job_id, "items": found[1]})
+    return FastJSON(content)
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic)
