@@ -29,8 +29,9 @@ from app.domain.tables import ID_PATTERN
 
 METRICS_ROUTE = "/v1/jobs/{job_id}/metrics"
 LIST_ROUTE = "/v1/jobs"
-# Each route's bounds, as its FastAPI parameters declare them (app.api.routes.jobs).
-METRICS_LIMITS = {"since_epoch": (0, 1_000_000), "limit": (1, 10_000)}
+# Each route's bounds; its FastAPI parameters declare them from here (app.api.routes.jobs).
+SINCE_EPOCH_BOUNDS = (0, 1_000_000)
+METRICS_LIMIT_BOUNDS = (1, 10_000)
 LIST_LIMIT = (1, 500)
 LIST_DEFAULT_LIMIT = 50
 METRICS_DEFAULT_LIMIT = 1000
@@ -150,8 +151,8 @@ def _bounded(value: str | None, default: int, bounds: tuple[int, int]) -> int | 
 
 
 async def _metrics(key: Caller, job_id: str, query: dict[str, str]) -> dict[str, Any] | None:
-    since = _bounded(query.get("since_epoch"), 0, METRICS_LIMITS["since_epoch"])
-    limit = _bounded(query.get("limit"), METRICS_DEFAULT_LIMIT, METRICS_LIMITS["limit"])
+    since = _bounded(query.get("since_epoch"), 0, SINCE_EPOCH_BOUNDS)
+    limit = _bounded(query.get("limit"), METRICS_DEFAULT_LIMIT, METRICS_LIMIT_BOUNDS)
     if since is None or limit is None:
         return None
     return await metrics_content(key, job_id, since, limit)

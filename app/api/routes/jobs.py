@@ -19,6 +19,14 @@ from app.api.deps import (
     check_job_fits,
     release_db,
 )
+from app.api.polled import (
+    CURSOR_MAX_CHARS,
+    LIST_DEFAULT_LIMIT,
+    LIST_LIMIT,
+    METRICS_DEFAULT_LIMIT,
+    METRICS_LIMIT_BOUNDS,
+    SINCE_EPOCH_BOUNDS,
+)
 from app.api.responses import FastJSON
 from app.core.config import get_settings
 from app.domain import crud, datasets, retention
@@ -32,6 +40,7 @@ from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+FRAMEWORK_NAME = "^(" + "|".join(sorted(polled.FRAMEWORKS)) + ")$"
 
 
 def summary(job: Job) -> JobSummary:
@@ -134,9 +143,9 @@ def _store(
 async def read_jobs(
     key: CurrentKey,
     status_: Annotated[JobStatus | None, Query(alias="status")] = None,
-    framework: Annotated[str | None, Query(pattern="^(pytorch|tensorflow)$")] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    framework: Annotated[str | None, Query(pattern=FRAMEWORK_NAME)] = None,
+    limit: Annotated[int, Query(ge=LIST_LIMIT[0], le=LIST_LIMIT[1])] = LIST_DEFAULT_LIMIT,
+    cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
     sweep_id: Annotated[str | None, Query(max_length=64, pattern=ID_CHARS)] = None,
 ) -> Response:
     """List jobs, newest first, with cursor pagination."""
@@ -157,8 +166,10 @@ def read_job(session: SessionDep, job: JobDep) -> JobPublic:
 async def read_metrics(
     key: CurrentKey,
     job_id: JobId,
-    since_epoch: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    since_epoch: Annotated[int, Query(ge=SINCE_EPOCH_BOUNDS[0], le=SINCE_EPOCH_BOUNDS[1])] = 0,
+    limit: Annotated[
+        int, Query(ge=METRICS_LIMIT_BOUNDS[0], le=METRICS_LIMIT_BOUNDS[1])
+    ] = METRICS_DEFAULT_LIMIT,
 ) -> Response:
     """Per-epoch metrics after `since_epoch` (cheap to poll: one query, the job with its rows)."""
     content = await polled.metrics_content(key, job_id, since_epoch, limit)
