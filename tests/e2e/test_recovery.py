@@ -204,9 +204,12 @@ def test_runtime_limit_stops_with_a_final_checkpoint(
     # No periodic checkpoints: the one found afterwards is the final one the timeout wrote.
     job_id = submit(
         client,
-        training={"epochs": 200, "batch_size": 16},
-        # Room for the child's start and a first epoch, scaled: 8 s (16 s side by side) was too
-        # little under tests/slow_machine.sh, where no epoch ended before the limit.
+        # Three times LONG_JOB's data, all the epochs the spec allows: ~500 s here, so no machine
+        # finishes before the limit (200 epochs of LONG_JOB did, in CI, on a fast one) ...
+        dataset={**LONG_JOB["dataset"], "samples": 3 * LONG_JOB["dataset"]["samples"]},
+        training={"epochs": 1000, "batch_size": 16},
+        # ... and room for the child's start and a first epoch, scaled: 8 s (16 s side by side)
+        # was too little under tests/slow_machine.sh, where no epoch ended before the limit.
         max_runtime_seconds=round(scaled(20)),
         checkpoint_every_epochs=1000,
     )
@@ -217,7 +220,7 @@ def test_runtime_limit_stops_with_a_final_checkpoint(
         "timeout",
     )
     finished = epochs_done(client, job_id)
-    assert 1 <= finished < 200 and done["attempt"] == 1
+    assert 1 <= finished < 1000 and done["attempt"] == 1
     files = JobFiles.of(Path(service.env["EPOCHAL_HOME"]) / "artifacts", job_id)
     assert files.latest.read_text().strip() == f"epoch-{finished:04d}"
 
