@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import orjson
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -17,8 +18,8 @@ from tests.conftest import make_key
 
 def _describe_lambda(f: object) -> str:
     """Hypothesis names its filters by parsing their lambda's source; on CPython 3.11.7 that
-    ast.parse fails now and then with "AST constructor recursion depth mismatch" (a
-    SystemError), which broke this module's collection. The name is only a repr."""
+    ast.parse fails with "AST constructor recursion depth mismatch" (a SystemError) when
+    another thread parses at the same time. The name is only a repr."""
     try:
         return _lambda_description(f)
     except SystemError:
@@ -30,7 +31,14 @@ lambda_sources._lambda_description = _describe_lambda
 app = create_app()
 # POST /v1/jobs/{id}/predict also takes an .npy body (a binary string in the schema): sent as is.
 schemathesis.serializer.alias("application/x-npy", "application/octet-stream")
-schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+# The schema straight from the app, not from_asgi("/openapi.json", app): that serves it through
+# the app's lifespan, whose maintenance thread then ran on while the other test modules were
+# collected, on no database, and logged its failures; Python 3.11's traceback formatting
+# parses source (ast), and a parse beside pytest's assertion rewriting failed another module's
+# collection ("AST constructor recursion depth mismatch", CPython gh-106905).
+schema = schemathesis.openapi.from_dict(orjson.loads(orjson.dumps(app.openapi())))
+schema.app = app
+schema.location = "/openapi.json"
 
 
 @pytest.fixture
