@@ -10,11 +10,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from psycopg import OperationalError as PsycopgOperationalError
-from psycopg_pool import PoolTimeout
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolCheckoutTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.core.async_db import DatabaseUnavailable
 from app.core.db import transient
 from app.schemas.api import Problem
 
@@ -75,7 +75,7 @@ def database_unavailable(exc: BaseException) -> bool:
     connection cut mid-query, a statement timeout, no pooled connection free in time."""
     if isinstance(exc, DBAPIError):
         return transient(exc)
-    return isinstance(exc, PoolCheckoutTimeout | PsycopgOperationalError | PoolTimeout)
+    return isinstance(exc, PoolCheckoutTimeout | PsycopgOperationalError | DatabaseUnavailable)
 
 
 async def _database(request: Request, exc: Exception) -> JSONResponse:
@@ -116,6 +116,11 @@ V1_RESPONSES: dict[int | str, dict[str, Any]] = {
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
-    for database_error in (DBAPIError, PoolCheckoutTimeout, PsycopgOperationalError, PoolTimeout):
+    for database_error in (
+        DBAPIError,
+        PoolCheckoutTimeout,
+        PsycopgOperationalError,
+        DatabaseUnavailable,
+    ):
         app.add_exception_handler(database_error, _database)
     app.add_exception_handler(Exception, _unexpected)

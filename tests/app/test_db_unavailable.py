@@ -77,8 +77,8 @@ def test_requests_get_503_while_the_database_is_away(private_pg: str) -> None:
 def test_reads_come_back_with_the_database_not_after_the_pools_backoff(
     private_pg: str,
 ) -> None:
-    # psycopg_pool retries a failed connect after 1, 2, 4, 8 ... s: after an outage of several
-    # seconds its next try can be seconds after the server is back (app.core.async_db).
+    # A pool that retries a failed connect after 1, 2, 4, 8 ... s (psycopg_pool, used before)
+    # can make its next try seconds after the server is back (app.core.async_db has no backoff).
     from app.main import create_app
 
     headers = {"Authorization": f"Bearer {make_key('tester')}"}

@@ -14,7 +14,7 @@ from sqlalchemy import func, select, text, update
 
 from app.api.routes.jobs import summary
 from app.core import db
-from app.core.async_db import close_pool, fetch
+from app.core.async_db import POOL_SIZE, close_pool, fetch
 from app.core.config import get_settings
 from app.core.db import read_engine, session_scope
 from app.domain import crud, epoch_rows
@@ -97,20 +97,41 @@ def test_reads_never_take_the_sqlite_write_lock(sqlite_env: dict[str, str]) -> N
         other.close()
 
 
+@pytest.mark.parametrize("idle", [False, True], ids=["just-used", "idle-a-while"])
 def test_a_pooled_async_connection_killed_while_idle_is_replaced_not_failed(
-    pg_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    pg_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, idle: bool
 ) -> None:
     pid = select(func.pg_backend_pid())
 
     async def scenario() -> tuple[int, int]:
         try:
             first = (await fetch(pid, {}))[0][0]
-            with db.get_engine().connect() as conn:  # the server drops it (a restart, a timeout)
+            # The server drops it (a restart, a timeout) while the loop is busy elsewhere: the
+            # next read comes before the loop has read the server's goodbye.
+            with db.get_engine().connect() as conn:
                 conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
-            monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 0.0)  # idle "a while"
+                conn.execute(text("SELECT pg_sleep(0.2)"))  # the goodbye reaches our socket
+            if idle:
+                monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 0.0)
             return first, (await fetch(pid, {}))[0][0]
         finally:
             await close_pool()
 
     first, second = asyncio.run(scenario())
     assert second != first  # answered, on a new connection
+
+
+def test_reads_beyond_the_pool_wait_for_a_connection_and_never_open_more(
+    pg_env: dict[str, str],
+) -> None:
+    pid = select(func.pg_backend_pid(), func.pg_sleep(0.05))
+
+    async def scenario() -> set[int]:
+        try:
+            found = await asyncio.gather(*(fetch(pid, {}) for _ in range(3 * POOL_SIZE)))
+            return {rows[0][0] for rows in found}
+        finally:
+            await close_pool()
+
+    backends = asyncio.run(scenario())
+    assert 2 <= len(backends) <= POOL_SIZE  # side by side, on at most POOL_SIZE connections
