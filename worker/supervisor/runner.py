@@ -23,14 +23,12 @@ from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings, get_settings
 from app.core.db import retrying, session_scope
-from app.domain import crud, retention
+from app.domain import crud
 from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line, cap_log
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import utcnow
 from app.schemas.job_spec import JobSpec
-from app.services import sweeps
-from app.services.dispatch import dispatch
 from worker.protocol import (
     SPAWNED_ENV,
     STOP_SIGNAL,
@@ -43,6 +41,7 @@ from worker.protocol import (
 )
 from worker.supervisor import shutdown
 from worker.supervisor.heartbeat import set_current_job
+from worker.supervisor.job_end import record
 from worker.supervisor.lease import LeaseKeeper
 from worker.supervisor.oom import MemoryWatch
 from worker.supervisor.standby import POOL, warm_up
@@ -294,42 +293,3 @@ def record_end(settings: Settings, run: Attempt) -> None:
     # finds the attempt ended, and the fenced writes change nothing.
     within = settings.lease_seconds
     retrying(lambda: record(settings, run.job_id, run.attempt, outcome), within, "job end")
-
-
-def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> None:
-    """Write the attempt's end; a sweep's trial that ended lets its sweep queue the next."""
-    sweep_id = _record(settings, job_id, attempt, outcome)
-    with session_scope() as session:  # what the attempt left on disk counts in the key's quota
-        retention.record_disk(session, settings.resolved_artifacts_dir, job_id)
-    if sweep_id is not None:
-        sweeps.trial_ended(sweep_id)
-
-
-def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> str | None:
-    """Re-queue a retryable failure, else write the final status (and say the job's sweep)."""
-    with session_scope() as session:
-        job = crud.get_job(session, job_id)
-        if job is None or job.attempt != attempt or shutdown.requeue(session, job, outcome):
-            return None
-        if outcome.retryable and job.status == JobStatus.cancelling:
-            outcome = Outcome(JobStatus.cancelled, StopReason.cancelled, error=outcome.error)
-        elif outcome.retryable and attempt <= job.max_restarts:
-            reason = f"attempt {attempt} failed ({outcome.error_code}); retrying"
-            if crud.requeue(session, job, reason):
-                session.commit()
-                dispatch(session, job)
-                return None
-        elif outcome.retryable:
-            outcome.error = f"{outcome.error} (attempt {attempt}; max_restarts reached)"
-        crud.finish_job(
-            session,
-            job_id,
-            attempt,
-            outcome.status,
-            stop_reason=outcome.stop_reason,
-            reason=f"attempt {attempt}: {outcome.stop_reason}",
-            error_code=outcome.error_code,
-            error=outcome.error,
-            result=outcome.result or None,
-        )
-        return job.sweep_id
