@@ -198,8 +198,10 @@ class ReadPool:
         if now - used >= db.PING_AFTER_IDLE_SECONDS or db.has_input(sock):
             try:
                 await conn.execute("SELECT 1")
-            except Exception:
+            except BaseException as exc:
                 conn.terminate()
+                if not isinstance(exc, Exception):  # cancelled: the read goes no further
+                    raise
                 return False
         return True
 
