@@ -11,6 +11,7 @@ from celery import Celery, signals
 
 from app.core.config import get_settings
 from app.core.db import reset_engines
+from app.schemas.job_spec import FRAMEWORKS
 from app.services.maintenance import MaintenanceThread
 from app.services.queue import celery_config
 from worker import celery_logging as logging_setup
@@ -41,7 +42,7 @@ logging_setup.connect()
 @signals.worker_process_init.connect
 def _fresh_engine_after_fork(**_: Any) -> None:
     reset_engines()  # a pool child must not share the parent's DB connections (P39)
-    warm_up(get_settings(), ["pytorch", "tensorflow"])  # the first job starts warm too
+    warm_up(get_settings(), list(FRAMEWORKS))  # the first job starts warm too
 
 
 @signals.worker_process_shutdown.connect

@@ -26,6 +26,7 @@ from app.domain import job_reads
 from app.domain.keys import KEYS, Caller, split
 from app.domain.states import JobStatus
 from app.domain.tables import ID_PATTERN
+from app.schemas.job_spec import FRAMEWORKS
 
 METRICS_ROUTE = "/v1/jobs/{job_id}/metrics"
 LIST_ROUTE = "/v1/jobs"
@@ -36,7 +37,7 @@ LIST_LIMIT = (1, 500)
 LIST_DEFAULT_LIMIT = 50
 METRICS_DEFAULT_LIMIT = 1000
 CURSOR_MAX_CHARS = 512
-FRAMEWORKS = frozenset({"pytorch", "tensorflow"})
+FRAMEWORK_NAMES = frozenset(FRAMEWORKS)
 STATUSES = frozenset(status.value for status in JobStatus)
 # Matched whole (fullmatch: a `$` would let a trailing newline through).
 METRICS_PATH = re.compile(r"/v1/jobs/([A-Za-z0-9-]{1,64})/metrics")
@@ -165,7 +166,7 @@ async def _jobs_page(key: Caller, query: dict[str, str]) -> dict[str, Any] | Non
     if (
         limit is None
         or (status is not None and status not in STATUSES)
-        or (framework is not None and framework not in FRAMEWORKS)
+        or (framework is not None and framework not in FRAMEWORK_NAMES)
         or (sweep_id is not None and not ID.fullmatch(sweep_id))
         or (cursor is not None and len(cursor) > CURSOR_MAX_CHARS)
     ):

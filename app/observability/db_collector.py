@@ -26,8 +26,7 @@ from app.core.db import session_factory
 from app.domain.epoch_stats import EPOCH_BUCKETS, UNTIMED, totals
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker, utcnow
-
-FRAMEWORKS = ("pytorch", "tensorflow")
+from app.schemas.job_spec import FRAMEWORKS
 
 
 class DatabaseCollector(Collector):

@@ -8,7 +8,7 @@ engine cannot honour is rejected here with a message that says so, never silentl
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 Framework = Literal["pytorch", "tensorflow"]
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)  # the back-ends, for code outside the spec
 Task = Literal["classification", "regression"]
 BuiltinDataset = Literal["fashion_mnist", "mnist", "digits", "synthetic"]
 Activation = Literal["relu", "tanh", "gelu", "sigmoid"]

@@ -33,7 +33,7 @@ from app.core.db import get_engine
 from app.core.log_setup import configure_logging
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
-from app.schemas.job_spec import JobSpec
+from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from worker.protocol import (
     CHILD_MODULE,
     DDP_INIT_ENV,
@@ -192,7 +192,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("job_id", nargs="?")
     parser.add_argument("--attempt", type=int)
     parser.add_argument("--rank", type=int, default=None)
-    parser.add_argument("--standby", choices=["pytorch", "tensorflow"], default=None)
+    parser.add_argument("--standby", choices=FRAMEWORKS, default=None)
     args = parser.parse_args(argv)
     if args.standby is None and (args.job_id is None or args.attempt is None):
         parser.error("JOB_ID and --attempt are required (or --standby FRAMEWORK)")

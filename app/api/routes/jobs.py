@@ -34,13 +34,13 @@ from app.domain.admission import disk_estimate
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import ID_CHARS, Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
-from app.schemas.job_spec import JobSpec
+from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
-FRAMEWORK_NAME = "^(" + "|".join(sorted(polled.FRAMEWORKS)) + ")$"
+FRAMEWORK_NAME = "^(" + "|".join(sorted(FRAMEWORKS)) + ")$"
 
 
 def summary(job: Job) -> JobSummary:
