@@ -26,12 +26,14 @@ from tests.helpers import ROOT, as_background_job, free_port, wait_for_status, w
 
 pytestmark = pytest.mark.e2e
 STOP_WITHIN = 30.0  # seconds from a stop signal until `up` and every process under it are gone
-# Short epochs (~0.1 s on a fast core) and enough of them to be stopped part-way.
+# Short epochs (~0.03-0.1 s a core) and enough of them to be stopped part-way: the stop comes
+# after epoch 2 is seen, and the rest must not be done by then even on a fast machine (in CI a
+# 200-epoch job of four times these steps once ended inside 20 s).
 RESUMABLE: dict[str, Any] = {
     "framework": "pytorch",
     "dataset": {"name": "synthetic", "samples": 1000, "features": 16},
     "model": {"hidden_units": [32]},
-    "training": {"epochs": 24, "batch_size": 16},
+    "training": {"epochs": 60, "batch_size": 16},
     "checkpoint_every_epochs": 1,
 }
 Up = tuple[subprocess.Popen[bytes], Path, Path, str]
