@@ -204,13 +204,14 @@ def test_runtime_limit_stops_with_a_final_checkpoint(
     # No periodic checkpoints: the one found afterwards is the final one the timeout wrote.
     job_id = submit(
         client,
-        # Three times LONG_JOB's data, all the epochs the spec allows: ~500 s here, so no machine
-        # finishes before the limit (200 epochs of LONG_JOB did, in CI, on a fast one) ...
-        dataset={**LONG_JOB["dataset"], "samples": 3 * LONG_JOB["dataset"]["samples"]},
+        # Short epochs (~0.1 s here), so the first one ends soon after the child starts, and all
+        # the epochs the spec allows: ~150 s here, so no machine finishes before the limit (200
+        # epochs of LONG_JOB did, in CI, on a fast one) ...
+        dataset={**LONG_JOB["dataset"], "samples": 1000},
         training={"epochs": 1000, "batch_size": 16},
         # ... and room for the child's start and a first epoch, scaled: 8 s (16 s side by side)
-        # was too little under tests/slow_machine.sh, where no epoch ended before the limit.
-        max_runtime_seconds=round(scaled(20)),
+        # of LONG_JOB's 0.6 s epochs was too little under tests/slow_machine.sh.
+        max_runtime_seconds=round(scaled(10)),
         checkpoint_every_epochs=1000,
     )
     done = wait_for_status(client, job_id, {"cancelled", "failed", "succeeded"}, 60)

@@ -166,8 +166,6 @@ def wait_for_assignment(framework: str) -> tuple[str, int, float]:
     importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
     importlib.import_module("worker.child.attempt")
     get_engine()  # its database driver and dialect, ~0.2 s (it connects on first use)
-    with contextlib.suppress(ImportError):  # what the digits data set needs, ~0.7 s
-        importlib.import_module("sklearn.datasets")
     with contextlib.suppress(ImportError):  # what a sweep's trial reports to, ~0.7 s
         importlib.import_module("optuna")
     line = sys.stdin.readline()
