@@ -27,13 +27,16 @@ from tests.helpers import (
     pick_redis_db,
 )
 
+LONG_MODULES = ("tests/e2e/", "tests/packaging/", "tests/worker/training/")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Long modules first when tests run side by side; pytest-timeout's limits times TIME_SCALE."""
     if PARALLEL_TESTS > 1:
         # xdist hands out whole modules (--dist loadfile) in this order: the long ones (real
-        # services, packaging) first, so the many short ones fill in around them at the end.
-        items.sort(key=lambda item: not item.nodeid.startswith(("tests/e2e/", "tests/packaging/")))
+        # services, packaging, in-process training) first, so the many short ones fill in
+        # around them at the end.
+        items.sort(key=lambda item: not item.nodeid.startswith(LONG_MODULES))
     if TIME_SCALE == 1:
         return
     default = float(config.getoption("timeout", None) or config.getini("timeout") or 0)

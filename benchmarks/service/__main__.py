@@ -9,7 +9,16 @@ import argparse
 from pathlib import Path
 
 from benchmarks.machine import describe as machine
-from benchmarks.service import flood, growth, latency, overhead, polling, predict, sse
+from benchmarks.service import (
+    flood,
+    growth,
+    latency,
+    overhead,
+    polling,
+    predict,
+    sse,
+    warm_import,
+)
 from benchmarks.service.pruning import bench_pruning
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
@@ -161,9 +170,21 @@ def bench_flood(report: Report, quick: bool) -> None:
     report.add("scrapes_refused_pct", refused, "%", note)
 
 
+def bench_warm(report: Report, quick: bool) -> None:
+    result = warm_import.measure(3 if quick else 7)
+    setup = "digits MLP 32, 5 epochs, back to back, embedded, PyTorch's default threads"
+    normal, idle = result["normal"], result["idle"]
+    report.add("warm_import_normal_fit_s", normal["fit_s"], "s", f"median; {setup}")
+    report.add("warm_import_idle_fit_s", idle["fit_s"], "s", "median; the import at SCHED_IDLE")
+    report.add("warm_import_fit_speedup", normal["fit_s"] / idle["fit_s"], "x", "normal / idle")
+    report.add("warm_import_normal_wall_s", normal["wall_s"], "s", "median POST to end")
+    report.add("warm_import_idle_wall_s", idle["wall_s"], "s", "median POST to end")
+
+
 STEPS = (
     "latency",
     "overhead",
+    "warm",
     "polling",
     "sse",
     "growth",
@@ -183,6 +204,7 @@ def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) ->
     steps = {
         "latency": lambda: bench_latency(report, 10 if quick else 50),
         "overhead": lambda: bench_overhead(report, quick),
+        "warm": lambda: bench_warm(report, quick),
         "polling": lambda: bench_polling(report, quick, kinds),
         "sse": lambda: bench_sse(report, quick, kinds),
         "growth": lambda: bench_growth(report, quick),

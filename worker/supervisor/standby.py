@@ -17,6 +17,7 @@ import subprocess
 import time
 
 from app.core.config import Settings
+from worker.priority import back_to_normal
 from worker.protocol import child_env, standby_argv
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class StandbyPool:
             log.warning("warm %s child was gone; starting a cold one", framework)
             child.kill()
             return None
+        back_to_normal(child.pid)  # it imported at idle priority (worker.priority)
         return child
 
     def close(self) -> None:

@@ -1,0 +1,57 @@
+"""Small jobs back to back on a CPU worker, the next warm child importing beside each one: the
+worker as it runs (the import at idle CPU priority, worker.priority) against the same worker
+without the right to come back from idle priority (no CAP_SYS_NICE, RLIMIT_NICE 0: the import
+at normal priority, as before). PyTorch keeps its default threads, one per core."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from benchmarks.service.stack import bench_env
+from tests.helpers import CHECKOUT_CLI, Service, free_port, wait_for_status
+
+# The worker's command without CAP_SYS_NICE and with RLIMIT_NICE 0, as in a default container.
+UNPRIVILEGED = ("prlimit", "--nice=0:0", "--", "setpriv", "--inh-caps=-sys_nice")
+UNPRIVILEGED += ("--bounding-set=-sys_nice",)
+SPEC: dict[str, Any] = {
+    "framework": "pytorch",
+    "dataset": {"name": "digits"},
+    "model": {"hidden_units": [32]},
+    "training": {"epochs": 5, "batch_size": 32},
+}
+
+
+def run_jobs(unprivileged: bool, jobs: int) -> dict[str, float]:
+    """Median fit seconds and POST-to-end wall of `jobs` small jobs, one after another."""
+    with bench_env("sqlite") as settings:
+        service = Service({**settings}, f"http://127.0.0.1:{free_port()}")
+        service.api_key = service.create_key("bench-admin", admin=True)
+        try:
+            service.start_api()
+            if unprivileged:
+                service.command = (*UNPRIVILEGED, *CHECKOUT_CLI)
+            service.start_worker()
+            return _measure(service, jobs)
+        finally:
+            service.stop_all()
+
+
+def _measure(service: Service, jobs: int) -> dict[str, float]:
+    fits, walls = [], []
+    with service.client() as client:
+        time.sleep(10)  # the worker's first warm children have imported
+        for _ in range(jobs):
+            started = time.monotonic()
+            job = client.post("/v1/jobs", json=SPEC).json()
+            done = wait_for_status(client, job["id"], {"succeeded", "failed"}, 300)
+            assert done["status"] == "succeeded", done["error"]
+            walls.append(time.monotonic() - started)
+            fits.append(done["result"]["timings"]["fit_s"])
+    return {"fit_s": statistics.median(fits), "wall_s": statistics.median(walls)}
+
+
+def measure(jobs: int) -> dict[str, dict[str, float]]:
+    """Both workers, the unprivileged one (the baseline) first."""
+    return {"normal": run_jobs(True, jobs), "idle": run_jobs(False, jobs)}
