@@ -52,7 +52,7 @@ def idle_while_waiting() -> bool:
 def back_to_normal(pid: int | None = None) -> None:
     """Every thread of a process (this one by default) back at SCHED_OTHER. The supervisor
     calls it on the child it hands a job to, so the job need not wait for its idle child to
-    be scheduled on a busy box; the child calls it too."""
+    be scheduled on a busy box."""
     set_policy(pid or os.getpid(), os.SCHED_OTHER)
 
 

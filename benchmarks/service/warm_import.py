@@ -9,12 +9,14 @@ import statistics
 import time
 from typing import Any
 
-from benchmarks.service.stack import bench_env
-from tests.helpers import CHECKOUT_CLI, Service, free_port, wait_for_status
+from benchmarks.service.stack import bench_env, running
+from tests.helpers import CHECKOUT_CLI, Service, wait_for_status
 
 # The worker's command without CAP_SYS_NICE and with RLIMIT_NICE 0, as in a default container.
-UNPRIVILEGED = ("prlimit", "--nice=0:0", "--", "setpriv", "--inh-caps=-sys_nice")
-UNPRIVILEGED += ("--bounding-set=-sys_nice",)
+UNPRIVILEGED = (
+    *("prlimit", "--nice=0:0", "--"),
+    *("setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"),
+)
 SPEC: dict[str, Any] = {
     "framework": "pytorch",
     "dataset": {"name": "digits"},
@@ -25,17 +27,11 @@ SPEC: dict[str, Any] = {
 
 def run_jobs(unprivileged: bool, jobs: int) -> dict[str, float]:
     """Median fit seconds and POST-to-end wall of `jobs` small jobs, one after another."""
-    with bench_env("sqlite") as settings:
-        service = Service({**settings}, f"http://127.0.0.1:{free_port()}")
-        service.api_key = service.create_key("bench-admin", admin=True)
-        try:
-            service.start_api()
-            if unprivileged:
-                service.command = (*UNPRIVILEGED, *CHECKOUT_CLI)
-            service.start_worker()
-            return _measure(service, jobs)
-        finally:
-            service.stop_all()
+    with bench_env("sqlite") as settings, running(settings) as service:
+        if unprivileged:  # only the worker's command: the API and the key are made already
+            service.command = (*UNPRIVILEGED, *CHECKOUT_CLI)
+        service.start_worker()
+        return _measure(service, jobs)
 
 
 def _measure(service: Service, jobs: int) -> dict[str, float]:

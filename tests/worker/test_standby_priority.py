@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import ROOT, wait_until
 from worker.priority import may_leave_idle
+from worker.protocol import child_env
 from worker.supervisor.standby import StandbyPool
 
 pytestmark = pytest.mark.skipif(
@@ -34,7 +35,7 @@ def test_the_warm_child_imports_idle_and_trains_at_normal_priority(
     sqlite_env: dict[str, str],
 ) -> None:
     pool = StandbyPool()
-    pool.refill("pytorch", {**os.environ, **sqlite_env, "EPOCHAL_SUPERVISOR_PID": str(os.getpid())})
+    pool.refill("pytorch", child_env())  # sqlite_env is in os.environ
     child = pool._waiting["pytorch"]
     try:
         # While it imports PyTorch (a few seconds), its thread(s) wait at SCHED_IDLE.
@@ -51,11 +52,11 @@ def test_without_the_right_to_come_back_it_never_goes_idle() -> None:
     """RLIMIT_NICE 0 and no CAP_SYS_NICE: a process at SCHED_IDLE could never train at normal
     priority again, so it stays where it is."""
     code = (
-        "import os, resource\n"
+        "import os\n"
         "from worker.priority import idle_while_waiting, may_leave_idle\n"
         "print(may_leave_idle(), idle_while_waiting(), os.sched_getscheduler(0))\n"
     )
-    # As an unprivileged user: setpriv drops every capability and sets RLIMIT_NICE to 0.
+    # As an unprivileged user: setpriv drops every capability, preexec_fn sets RLIMIT_NICE 0.
     argv = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", sys.executable, "-c", code]
     out = subprocess.run(
         argv,

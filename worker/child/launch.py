@@ -34,7 +34,7 @@ from app.core.log_setup import configure_logging
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
-from worker.priority import back_to_normal, idle_while_waiting
+from worker.priority import idle_while_waiting
 from worker.protocol import (
     CHILD_MODULE,
     DDP_INIT_ENV,
@@ -165,7 +165,7 @@ def wait_for_assignment(framework: str) -> tuple[str, int, float]:
 
     from worker.training.backend import BACKENDS
 
-    lowered = idle_while_waiting()
+    idle_while_waiting()  # the supervisor puts it back when it hands over a job
     importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
     importlib.import_module("worker.child.attempt")
     get_engine()  # its database driver and dialect, ~0.2 s (it connects on first use)
@@ -174,8 +174,6 @@ def wait_for_assignment(framework: str) -> tuple[str, int, float]:
     line = sys.stdin.readline()
     if not line:  # the supervisor went away without a job for us
         os._exit(0)
-    if lowered:
-        back_to_normal()  # the job trains at normal priority
     message = json.loads(line)
     return str(message["job_id"]), int(message["attempt"]), float(message["sent_at"])
 
