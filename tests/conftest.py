@@ -24,6 +24,7 @@ from tests.helpers import (
     drop_pg_database,
     migrate,
     migrate_in_subprocess,
+    migrate_sqlite,
     pick_redis_db,
 )
 
@@ -59,7 +60,7 @@ def sqlite_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
     """A migrated SQLite database and filesystem broker under tmp_path (the embedded default)."""
     env = {"EPOCHAL_HOME": str(tmp_path / "home")}
     configure(monkeypatch, env)
-    migrate()
+    migrate_sqlite()
     yield env
 
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +104,29 @@ def migrate() -> None:
 
     get_settings().resolved_home.mkdir(parents=True, exist_ok=True)
     command.upgrade(alembic_config(), "head")
+
+
+_sqlite_template: list[Path] = []  # this process's migrated, empty SQLite database
+
+
+def migrate_sqlite() -> None:
+    """migrate() for a fresh embedded home: the first in a process runs Alembic, the others get
+    a copy of what it made (sqlite3's backup API: ~1 ms against ~55 ms of Alembic a test)."""
+    target = Path(str(sa.engine.make_url(get_settings().sqlalchemy_url).database))
+    if not _sqlite_template:
+        migrate()
+        folder = Path(tempfile.mkdtemp(prefix="epochal-test-template-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _copy_sqlite(target, folder / target.name)
+        _sqlite_template.append(folder / target.name)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _copy_sqlite(_sqlite_template[0], target)
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
 
 
 def migrate_in_subprocess(env: dict[str, str]) -> None:
