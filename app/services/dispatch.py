@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from sqlalchemy.orm import Session
 
 from app.core.db import session_scope
+from app.core.log_setup import job_context
 from app.domain import crud
 from app.domain.tables import Job
 from app.services.queue import send_train
@@ -52,7 +53,10 @@ def publish(job: Job) -> Sent:
     try:
         send_train(job.id, job.queue)
     except Exception:  # the job stays queued; the reconciler sends it later
-        log.warning("could not publish job %s; the reconciler will retry", job.id, exc_info=True)
+        with job_context(job.id):  # a submit's request has no job id yet to log with
+            log.warning(
+                "could not publish job %s; the reconciler will retry", job.id, exc_info=True
+            )
         # Nothing was sent: clear dispatched_at so the next maintenance round tries again
         # at once instead of waiting dispatch_retry_seconds for a message that never existed.
         with session_scope() as session:

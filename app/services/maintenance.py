@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.db import session_scope
+from app.core.log_setup import job_context
 from app.domain import crud, retention
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
@@ -109,7 +110,8 @@ def expire_and_redispatch(session: Session, settings: Settings) -> None:
             # One failed publish says the broker is down: spare the others the wait this round.
             broker_down = sent is Sent.broker_down
             if sent is Sent.published:
-                log.info("re-sent job %s to %s", job.id, job.queue)
+                with job_context(job.id):  # a line about a job carries its id
+                    log.info("re-sent job %s to %s", job.id, job.queue)
 
 
 def run_once(settings: Settings) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from sqlalchemy import text
@@ -88,18 +88,16 @@ def test_a_killed_listening_connection_loses_and_reorders_nothing(pg_env: dict[s
     listener.connect = held_reconnect  # type: ignore[method-assign]
 
     reads: list[bool] = []  # whether the listener was live, at the end of each of the hub's reads
-    reading = [False]
 
     def reader(cursors: Mapping[str, Cursor]) -> dict[str, list[Event]]:
-        reading[0] = True
         try:
             return read_new_events(cursors)
         finally:
             reads.append(listener.live)
-            reading[0] = False
 
     async def scenario() -> list[Any]:
         hub = EventHub(NO_POLL, reader, push=listener)
+        hub._wake = wake = WatchedWake()
         stream = asyncio.create_task(collect(hub, job))
         await until(lambda: listener.live, "the listener to be live")
         attempt = await asyncio.to_thread(claim, job)
@@ -112,7 +110,10 @@ def test_a_killed_listening_connection_loses_and_reorders_nothing(pg_env: dict[s
         await asyncio.to_thread(terminate, first)
         await until(lambda: not listener.live, "the listener to notice")
         # The hub reads once more when the listener goes; then nothing wakes it until it is back.
-        idle = lambda: False in reads and not reading[0] and not hub._wake.is_set()  # noqa: E731
+        # Idle: its last read ended with the listener gone (so it waits NO_POLL), and it waits.
+        # (Not "no read running": between two reads there is a moment with none, and a slow
+        # machine once committed epochs 3 and 4 in it, for the next read to find.)
+        idle = lambda: reads and not reads[-1] and wake.waiting and not wake.is_set()  # noqa: E731
         await until(idle, "the hub's read after the listener went, and the hub idle")
         for n in (3, 4):  # committed while nobody listens: no notification will come
             await asyncio.to_thread(epoch, job, attempt, n, 1.0)
@@ -132,6 +133,19 @@ def test_a_killed_listening_connection_loses_and_reorders_nothing(pg_env: dict[s
         return await collect(EventHub(NO_POLL), job, ids[3])
 
     assert [label(e) for e in run_async(resumed())] == EXPECTED[4:]
+
+
+class WatchedWake(asyncio.Event):
+    """The hub's wake-up event, telling whether the hub is waiting on it."""
+
+    waiting = False
+
+    async def wait(self) -> Literal[True]:
+        self.waiting = True
+        try:
+            return await super().wait()
+        finally:
+            self.waiting = False
 
 
 def terminate(pid: int) -> None:

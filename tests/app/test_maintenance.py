@@ -3,6 +3,9 @@ recovering from a failed publish, and queue timeouts."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,6 +15,7 @@ from sqlalchemy import update
 
 from app.core.config import get_settings
 from app.core.db import session_scope
+from app.core.log_setup import JobFields
 from app.domain import crud
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker, utcnow
@@ -68,22 +72,50 @@ def reconcile() -> None:
         expire_and_redispatch(session, get_settings())
 
 
+@contextmanager
+def logged_lines() -> Iterator[list[tuple[str, str]]]:
+    """(the job id a line carries, its message) for each line logged meanwhile, as the
+    service's handlers see them (app.core.log_setup.JobFields)."""
+    lines: list[tuple[str, str]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append((record.job_id, record.getMessage()))  # type: ignore[attr-defined]
+
+    handler, root = Keep(logging.INFO), logging.getLogger()
+    handler.addFilter(JobFields("test"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
 def test_failed_publish_leaves_the_job_queued_and_the_next_round_sends_it(
     db_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job, before = new_job(), messages(db_env, "gpus-0")
     monkeypatch.setenv("EPOCHAL_BROKER_URL", f"redis://127.0.0.1:{free_port()}/0")  # nobody
     clear_caches()
-    with session_scope() as session:
-        assert dispatch(session, crud.get_job(session, job.id)) is Sent.broker_down  # type: ignore[arg-type]
-    assert stored(job.id).status == JobStatus.queued and stored(job.id).dispatched_at is None
-    if "EPOCHAL_BROKER_URL" in db_env:  # the broker is back
-        monkeypatch.setenv("EPOCHAL_BROKER_URL", db_env["EPOCHAL_BROKER_URL"])
-    else:
-        monkeypatch.delenv("EPOCHAL_BROKER_URL")
-    clear_caches()
-    reconcile()  # no worker needed: a job never sent is sent at once
+    with logged_lines() as lines:
+        with session_scope() as session:
+            assert dispatch(session, crud.get_job(session, job.id)) is Sent.broker_down  # type: ignore[arg-type]
+        assert stored(job.id).status == JobStatus.queued and stored(job.id).dispatched_at is None
+        if "EPOCHAL_BROKER_URL" in db_env:  # the broker is back
+            monkeypatch.setenv("EPOCHAL_BROKER_URL", db_env["EPOCHAL_BROKER_URL"])
+        else:
+            monkeypatch.delenv("EPOCHAL_BROKER_URL")
+        clear_caches()
+        reconcile()  # no worker needed: a job never sent is sent at once
     assert stored(job.id).dispatched_at is not None and messages(db_env, "gpus-0") == before + 1
+    # Both lines about the job carry its id, though neither is logged inside a job's request.
+    about = [(job_id, text) for job_id, text in lines if job.id in text]
+    assert any("could not publish" in text for _, text in about)
+    assert any("re-sent job" in text for _, text in about)
+    assert {job_id for job_id, _ in about} == {job.id}
 
 
 def test_only_one_process_sends_a_job_per_round(db_env: dict[str, str]) -> None:
