@@ -11,7 +11,7 @@ from app.core.config import get_settings
 from app.domain.keys import Caller
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.tables import ApiKey, Dataset, Job
-from app.schemas.job_spec import JobSpec, check_model_for_data
+from app.schemas.job_spec import JobSpec, check_model_for_data, model_input
 
 UNFINISHED = (JobStatus.queued, *ACTIVE)
 
@@ -60,7 +60,7 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
             f"{dataset_id} was uploaded for {row.task}"
         )
     try:
-        check_model_for_data(spec.model, tuple(row.shape), row.classes or 1)
+        check_model_for_data(spec, model_input(spec, tuple(row.shape)), row.classes or 1)
     except ValueError as exc:
         return str(exc)
     return None
