@@ -437,28 +437,14 @@ def check_model_for_data(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGra
     if graph.parameters > MAX_PARAMETERS:
         raise ValueError(
             f"the model has {graph.parameters:,} parameters; the limit is {MAX_PARAMETERS:,} "
-            f"({_largest(graph, 'parameters')})"
+            f"(the largest, {graph.heaviest('parameters')})"
         )
     if graph.flops_per_sample > MAX_FLOPS_PER_SAMPLE:
         raise ValueError(
             f"the model costs {graph.flops_per_sample:,} FLOPs per sample; "
-            f"the limit is {MAX_FLOPS_PER_SAMPLE:,} ({_largest(graph, 'flops')})"
+            f"the limit is {MAX_FLOPS_PER_SAMPLE:,} (the largest, {graph.heaviest('flops')})"
         )
     return graph
-
-
-def _largest(graph: BuiltGraph, what: Literal["parameters", "flops"]) -> str:
-    """Which layer weighs most, in words: where to shrink an over-limit model first."""
-
-    def weight(node: Any) -> int:
-        if what == "flops":
-            return node.op.flops(list(node.types), node.out)
-        return sum(v.size for v in node.variables() if v.trainable)
-
-    node = max(graph.nodes, key=weight)
-    noun = "FLOPs" if what == "flops" else "parameters"
-    heaviest = f"{node.op.op} {node.name!r} of output {node.out}"
-    return f"the largest, {heaviest}, has {weight(node):,} {noun}"
 
 
 def resolved_mode(monitor: str, mode: Mode) -> Literal["min", "max"]:

@@ -121,6 +121,14 @@ class BuiltNode:
     def variables(self) -> list[Variable]:
         return self.op.variables(list(self.types))
 
+    @property
+    def parameters(self) -> int:
+        return sum(v.size for v in self.variables() if v.trainable)
+
+    @property
+    def flops(self) -> int:
+        return self.op.flops(list(self.types), self.out)
+
 
 @dataclass(frozen=True)
 class BuiltGraph:
@@ -143,7 +151,7 @@ class BuiltGraph:
 
     @property
     def flops_per_sample(self) -> int:
-        return sum(node.op.flops(list(node.types), node.out) for node in self.nodes)
+        return sum(node.flops for node in self.nodes)
 
     @property
     def activations_per_sample(self) -> int:
@@ -156,7 +164,7 @@ class BuiltGraph:
                 "name": node.name,
                 "op": node.op.op,
                 "output_shape": list(node.out.shape),
-                "parameters": sum(v.size for v in node.variables() if v.trainable),
+                "parameters": node.parameters,
             }
             for node in self.nodes
         ]
@@ -165,6 +173,12 @@ class BuiltGraph:
             "flops_per_sample": self.flops_per_sample,
             "layers": layers,
         }
+
+    def heaviest(self, what: Literal["parameters", "flops"]) -> str:
+        """The layer with the most parameters (or FLOPs), in words: what to shrink first."""
+        node = max(self.nodes, key=lambda n: getattr(n, what))
+        noun = "FLOPs" if what == "flops" else "parameters"
+        return f"{node.op.op} {node.name!r} of output {node.out} has {getattr(node, what):,} {noun}"
 
 
 def build(graph: GraphSpec, x: TensorType, outputs: int) -> BuiltGraph:
