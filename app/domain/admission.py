@@ -21,12 +21,14 @@ from app.domain.cost import (
     builtin_data,
     estimate,
     gigabytes,
+    graph_of,
     host_memory_bytes,
     itemsize_of,
     memory_fields,
 )
 from app.domain.sweep_space import edge_values, set_path
 from app.domain.tables import Dataset, Worker, utcnow
+from app.schemas.graph import GraphError
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 
@@ -42,6 +44,17 @@ def data_of(session: Session, spec: JobSpec) -> DataShape | None:
     outputs = row.classes or 1
     shape = tuple(int(n) for n in row.shape)
     return DataShape(row.samples, row.test_samples or 0, shape, itemsize_of(row.dtype), outputs)
+
+
+def model_summary(session: Session, spec: JobSpec) -> dict[str, Any] | None:
+    """The job's built model as the job resource shows it: parameters, FLOPs per sample and
+    each layer's output shape and parameters, head included (None while the data is unknown
+    or when the model does not fit it)."""
+    data = data_of(session, spec)
+    try:
+        return None if data is None else graph_of(spec, data).summary()
+    except GraphError:  # the submit checks refuse such a job first; never fail a store for it
+        return None
 
 
 def worker_capacity(session: Session, gpus: int) -> tuple[int | None, int | None]:

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.schemas.graph import BuiltGraph
 from app.schemas.job_spec import BUILTIN_SHAPES, JobSpec, built_model, model_input
 
 FLOAT32 = 4
@@ -55,6 +56,7 @@ class Cost:
     activation_bytes: int
     processes: int
     disk_bytes: int
+    parameters: int  # trainable, as the job's model_summary counts them
 
     @property
     def memory_bytes(self) -> int:
@@ -87,12 +89,18 @@ def builtin_data(spec: JobSpec) -> DataShape | None:
     return None
 
 
+def graph_of(spec: JobSpec, data: DataShape) -> BuiltGraph:
+    """The job's model built for its data (head included): what the estimate costs and what
+    the job resource summarizes (GraphError when it does not fit)."""
+    return built_model(spec, model_input(spec, data.sample_shape), data.outputs)
+
+
 def estimate(spec: JobSpec, data: DataShape) -> Cost:
     """Peak host memory and disk of the job `spec` over `data`."""
     values = (data.samples + data.test_samples) * math.prod(data.sample_shape)
     labels = (data.samples + data.test_samples) * 8  # int64 classes or float targets
     data_bytes = values * (data.itemsize + FLOAT32) + labels
-    graph = built_model(spec, model_input(spec, data.sample_shape), data.outputs)
+    graph = graph_of(spec, data)
     params = graph.parameters
     slots = OPTIMIZER_SLOTS.get(spec.optimizer.name, 1 if spec.optimizer.momentum else 0)
     state = params * slots * FLOAT32
@@ -106,7 +114,8 @@ def estimate(spec: JobSpec, data: DataShape) -> Cost:
         model_bytes, activation_bytes = model_bytes * replicas, activation_bytes * replicas
     checkpoint = params * FLOAT32 + state
     disk = CHECKPOINTS_KEPT * checkpoint + 2 * params * FLOAT32  # + the model and model.onnx
-    return Cost(data_bytes, model_bytes, activation_bytes, replicas if ddp else 1, disk)
+    processes = replicas if ddp else 1
+    return Cost(data_bytes, model_bytes, activation_bytes, processes, disk, params)
 
 
 def memory_fields(spec: JobSpec, cost: Cost) -> list[str]:

@@ -108,6 +108,9 @@ class Job(Base):
     # Its artifacts in its key's storage quota: the estimate reserved at submit, then what its
     # directory holds once an attempt ends (migration 0006).
     disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # The built model's summary (parameters, FLOPs, layers with shapes), from its spec and its
+    # data's sample shape at submit; null for jobs stored before migration 0007.
+    model_summary: Mapped[dict[str, Any] | None]
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),

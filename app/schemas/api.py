@@ -18,6 +18,29 @@ class TransitionPublic(BaseModel):
     at: datetime
 
 
+class LayerSummary(BaseModel):
+    """One node of the built model: the user's layers in order, then the head the service adds
+    (`head_flatten` when the graph ends in more than one axis, `head`)."""
+
+    name: str
+    op: str
+    output_shape: list[int] = Field(description="one sample's output, channels last")
+    parameters: int = Field(description="trainable parameters of this node")
+
+
+class ModelSummary(BaseModel):
+    """The job's model as built for its data's sample shape, head included."""
+
+    parameters: int = Field(
+        description="trainable parameters (batch-norm moving statistics are not parameters)"
+    )
+    flops_per_sample: int = Field(description="one sample's forward pass; a multiply-add is 2")
+    layers: list[LayerSummary]
+
+
+MODEL_SUMMARY = "the built model (head included); null for a job stored before summaries"
+
+
 class JobPublic(BaseModel):
     """A job as the API shows it."""
 
@@ -49,6 +72,7 @@ class JobPublic(BaseModel):
     spec: dict[str, Any]
     tags: dict[str, str]
     sweep_id: str | None = Field(None, description="the sweep this job is a trial of")
+    model_summary: ModelSummary | None = Field(None, description=MODEL_SUMMARY)
     transitions: list[TransitionPublic]
 
 
@@ -70,6 +94,7 @@ class JobSummary(BaseModel):
     finished_at: datetime | None
     tags: dict[str, str]
     sweep_id: str | None = None
+    model_summary: ModelSummary | None = Field(None, description=MODEL_SUMMARY)
 
 
 class JobsPublic(BaseModel):

@@ -14,9 +14,11 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from app.schemas.graph import (
     BuiltGraph,
@@ -411,11 +413,18 @@ def count_parameters(model: ModelSpec, sample_shape: tuple[int, ...], outputs: i
 
 
 def _check_model_fits(spec: JobSpec) -> None:
+    """A model that does not fit its built-in data is an error at `model` (naming the node)."""
     known = input_shape_and_classes(spec)
     if known is None:
         return
     shape, classes = known
-    check_model_for_data(spec, model_input(spec, shape), classes)
+    try:
+        check_model_for_data(spec, model_input(spec, shape), classes)
+    except ValueError as exc:
+        message = str(exc).removeprefix("model: ")
+        error = PydanticCustomError("value_error", "{message}", {"message": message})
+        details = [InitErrorDetails(type=error, loc=("model",), input=None)]
+        raise ValidationError.from_exception_data("JobSpec", details) from None
 
 
 def check_model_for_data(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGraph:
@@ -427,12 +436,13 @@ def check_model_for_data(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGra
         raise ValueError(f"model: {exc}") from None
     if graph.parameters > MAX_PARAMETERS:
         raise ValueError(
-            f"the model has {graph.parameters:,} parameters; the limit is {MAX_PARAMETERS:,}"
+            f"the model has {graph.parameters:,} parameters; the limit is {MAX_PARAMETERS:,} "
+            f"(the largest, {graph.heaviest('parameters')})"
         )
     if graph.flops_per_sample > MAX_FLOPS_PER_SAMPLE:
         raise ValueError(
             f"the model costs {graph.flops_per_sample:,} FLOPs per sample; "
-            f"the limit is {MAX_FLOPS_PER_SAMPLE:,}"
+            f"the limit is {MAX_FLOPS_PER_SAMPLE:,} (the largest, {graph.heaviest('flops')})"
         )
     return graph
 

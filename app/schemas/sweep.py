@@ -23,7 +23,8 @@ OBJECTIVE_FIELDS = (
     "train_accuracy",
     "train_mae",
 )
-PARAMETER_PATH = r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$"
+# Dotted field names; a number is a list index (model.layers.3.filters: the fourth node's).
+PARAMETER_PATH = r"^[a-z_][a-z0-9_]*(\.([a-z_][a-z0-9_]*|[0-9]{1,3}))*$"
 MAX_PARAMETERS = 32
 
 
@@ -164,7 +165,11 @@ class SweepSpec(_Sweep):
     base: JobSpec = Field(description="a full job spec; each trial overrides its parameters")
     parameters: dict[
         Annotated[str, Field(min_length=1, max_length=128, pattern=PARAMETER_PATH)], Distribution
-    ] = Field(min_length=1, max_length=MAX_PARAMETERS, description="dotted spec path -> range")
+    ] = Field(
+        min_length=1,
+        max_length=MAX_PARAMETERS,
+        description="dotted spec path -> range; a number indexes a list (model.layers.3.filters)",
+    )
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec, description="what is optimized")
     sampler: SamplerSpec = Field(default_factory=SamplerSpec, description="how trials are drawn")
     pruner: PrunerSpec = Field(default_factory=PrunerSpec, description="when a trial is stopped")

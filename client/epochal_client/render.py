@@ -81,12 +81,34 @@ def job_details(job: Job) -> Table:
         ("started", job.started_at),
         ("finished", job.finished_at),
         ("tags", ", ".join(f"{k}={v}" for k, v in job.tags.items()) or None),
+        ("model", model_line(job.model_summary)),
     ]
     # the evaluation report has tables of its own (evaluation_tables)
     rows += [(f"result.{k}", v) for k, v in (job.result or {}).items() if k != "evaluation"]
     for label, value in rows:
         if value is not None:
             table.add_row(f"[bold]{label}[/]", value if isinstance(value, str) else fmt(value))
+    return table
+
+
+def model_line(summary: dict[str, Any] | None) -> str | None:
+    """The model in one line: parameters, FLOPs per sample, layers (head included)."""
+    if not summary:
+        return None
+    return (
+        f"{summary['parameters']:,} parameters, {summary['flops_per_sample']:,} FLOPs per "
+        f"sample, {len(summary['layers'])} layers"
+    )
+
+
+def layers_table(job: Job) -> Table | None:
+    """Each layer of the built model: name, op, output shape, parameters (None without one)."""
+    if not job.model_summary:
+        return None
+    table = Table("layer", "op", "output shape", "parameters", box=None)
+    for layer in job.model_summary["layers"]:
+        shape = str(tuple(layer["output_shape"]))  # as the service's messages write shapes
+        table.add_row(layer["name"], layer["op"], shape, f"{layer['parameters']:,}")
     return table
 
 

@@ -81,6 +81,9 @@ class Job:
     spec: dict[str, Any] = field(default_factory=dict)
     transitions: list[dict[str, Any]] = field(default_factory=list)
     sweep_id: str | None = None  # the sweep this job is a trial of
+    # the built model: parameters, flops_per_sample, layers [{name, op, output_shape,
+    # parameters}], head included; None for a job stored before the server kept summaries
+    model_summary: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:

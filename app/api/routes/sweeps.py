@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from fastapi.concurrency import run_in_threadpool
@@ -18,7 +18,7 @@ from app.api.deps import (
 )
 from app.domain import sweeps as rows
 from app.domain.states import TrialState
-from app.domain.sweep_space import space_errors
+from app.domain.sweep_space import space_errors, value_at
 from app.domain.tables import ID_CHARS, Job, Sweep
 from app.schemas.sweep import (
     BestTrial,
@@ -67,7 +67,7 @@ def _trial(job: Job, spec: SweepSpec, value: float | None) -> TrialPublic:
     return TrialPublic(
         number=int(job.sweep_trial or 0),
         job_id=job.id,
-        params={p: _at(job.spec, p) for p in spec.parameters},
+        params={p: value_at(job.spec, p) for p in spec.parameters},
         state=controller.trial_state(job),
         status=job.status,
         stop_reason=job.stop_reason,
@@ -75,13 +75,6 @@ def _trial(job: Job, spec: SweepSpec, value: float | None) -> TrialPublic:
         epochs_run=job.current_epoch,
         epochs=int(job.spec["training"]["epochs"]),
     )
-
-
-def _at(spec: dict[str, Any], path: str) -> Any:
-    node: Any = spec
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
 
 
 def public(session: SessionDep, sweep: Sweep) -> SweepPublic:

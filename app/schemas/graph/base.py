@@ -74,7 +74,7 @@ class Op(StrictModel):
     """A node of the graph. Subclasses set `op` (a Literal) and their own bounded fields."""
 
     name: str = Field(pattern=NAME_PATTERN, description="unique within the graph")
-    op: str
+    op: str = Field(description="which op the layer is: one of those below")
     inputs: list[str] | None = Field(
         None,
         min_length=1,

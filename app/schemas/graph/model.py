@@ -4,14 +4,21 @@ one input (shapes inferred node by node) and summarized, head included."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from app.schemas.graph.base import GraphError, Op, TensorType, Variable
 from app.schemas.graph.ops.dense import Dense
 from app.schemas.graph.ops.flatten import Flatten
-from app.schemas.graph.registry import Node
+from app.schemas.graph.registry import OPS, Node
 from app.schemas.strict import StrictModel
 
 INPUT = "input"  # the name that reads the data
@@ -20,20 +27,56 @@ RESERVED = {INPUT, HEAD, HEAD_FLATTEN}
 MAX_NODES = 256
 
 
+def _named_errors(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """The layers; an error inside one says which: "layer 3 'c1' (conv2d): ..."."""
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        details = [_named(error, value) for error in exc.errors()]
+        raise ValidationError.from_exception_data(exc.title, details) from None
+
+
+def _named(error: Any, layers: Any) -> InitErrorDetails:
+    """The error with the layer it is in named in its message (its loc stays Pydantic's)."""
+    loc, msg = tuple(error["loc"]), str(error["msg"])
+    if not loc and error["type"] == "too_long" and isinstance(layers, list):
+        msg = f"a graph has at most {MAX_NODES} layers; this one has {len(layers)}"
+    index = loc[0] if loc and isinstance(loc[0], int) else None
+    if index is not None and isinstance(layers, list) and index < len(layers):
+        item = layers[index] if isinstance(layers[index], dict) else {}
+        name, op = item.get("name"), item.get("op")
+        if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            given = f"unknown op {str(op)[:64]!r}" if op is not None else "no op given"
+            msg = f"{given}; the ops are {', '.join(OPS)}"
+        who = f"layer {index}"
+        who += f" {name[:64]!r}" if isinstance(name, str) else ""
+        who += f" ({op[:64]})" if isinstance(op, str) and op in OPS else ""
+        msg = f"{who}: {msg}"
+    custom = PydanticCustomError(error["type"], "{message}", {"message": msg})
+    return InitErrorDetails(type=custom, loc=loc, input=error.get("input"))
+
+
 class GraphSpec(StrictModel):
     """Named layers in order; a layer reads the one before it unless `inputs` names earlier
     ones ("input" is the data). The service adds the head: Dense to the classes (or to 1 for
     regression), after a flatten when the graph ends in a sequence or an image."""
 
     type: Literal["graph"] = "graph"
-    layers: list[Node] = Field(min_length=1, max_length=MAX_NODES, description="the nodes")
+    layers: Annotated[list[Node], WrapValidator(_named_errors)] = Field(
+        min_length=1,
+        max_length=MAX_NODES,
+        description='the nodes, in order: {"name", "op", "inputs"?, ...the op\'s fields}',
+    )
 
     @model_validator(mode="after")
     def _wired(self) -> GraphSpec:
         seen = {INPUT}
         for index, node in enumerate(self.layers):
             if node.name in RESERVED:
-                raise GraphError(f"layer {index}: the name {node.name!r} is reserved")
+                raise GraphError(
+                    f"{node.op} {node.name!r} (layer {index}): the name is reserved; "
+                    f"{INPUT!r} is the data, {HEAD!r} and {HEAD_FLATTEN!r} the head"
+                )
             if node.name in seen:
                 raise GraphError(f"{node.op} {node.name!r}: two layers are called {node.name!r}")
             for name in wiring(node, self.layers[index - 1] if index else None):
@@ -78,6 +121,14 @@ class BuiltNode:
     def variables(self) -> list[Variable]:
         return self.op.variables(list(self.types))
 
+    @property
+    def parameters(self) -> int:
+        return sum(v.size for v in self.variables() if v.trainable)
+
+    @property
+    def flops(self) -> int:
+        return self.op.flops(list(self.types), self.out)
+
 
 @dataclass(frozen=True)
 class BuiltGraph:
@@ -100,7 +151,7 @@ class BuiltGraph:
 
     @property
     def flops_per_sample(self) -> int:
-        return sum(node.op.flops(list(node.types), node.out) for node in self.nodes)
+        return sum(node.flops for node in self.nodes)
 
     @property
     def activations_per_sample(self) -> int:
@@ -113,7 +164,7 @@ class BuiltGraph:
                 "name": node.name,
                 "op": node.op.op,
                 "output_shape": list(node.out.shape),
-                "parameters": sum(v.size for v in node.variables() if v.trainable),
+                "parameters": node.parameters,
             }
             for node in self.nodes
         ]
@@ -122,6 +173,12 @@ class BuiltGraph:
             "flops_per_sample": self.flops_per_sample,
             "layers": layers,
         }
+
+    def heaviest(self, what: Literal["parameters", "flops"]) -> str:
+        """The layer with the most parameters (or FLOPs), in words: what to shrink first."""
+        node = max(self.nodes, key=lambda n: getattr(n, what))
+        noun = "FLOPs" if what == "flops" else "parameters"
+        return f"{node.op.op} {node.name!r} of output {node.out} has {getattr(node, what):,} {noun}"
 
 
 def build(graph: GraphSpec, x: TensorType, outputs: int) -> BuiltGraph:
