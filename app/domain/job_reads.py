@@ -13,7 +13,8 @@ from sqlalchemy import Integer, Select, String, Text, and_, bindparam, cast, sel
 
 from app.domain.paging import cursor_after, decode_cursor
 from app.domain.tables import EpochMetric, Job, UTCDateTime
-from app.schemas.api import JobSummary, MetricRow
+from app.schemas.api import JobSummary
+from app.schemas.metric_row import ROW_FIELDS
 
 # A job in a list, as app.schemas.api.JobSummary orders it: columns of the job, and `epochs`
 # and `tags` from its spec. The JSON columns come as text, parsed here by orjson: PostgreSQL's
@@ -26,8 +27,6 @@ SUMMARY_COLUMNS = (
     *(name for name in SUMMARY_FIELDS if name not in FROM_SPEC + AS_TEXT),
     *AS_TEXT,
 )
-# A metrics row as served, in its order.
-ROW_FIELDS = tuple(MetricRow.model_fields)
 # The filters of a job list, each an equality on the column of the same name.
 FILTERS = ("owner_id", "status", "framework", "sweep_id")
 Row = Sequence[Any]

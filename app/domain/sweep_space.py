@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from app.schemas.job_spec import JobSpec, monitor_names
+from app.schemas.metric_row import monitored
 from app.schemas.sweep import (
     CategoricalDist,
     Distribution,
@@ -228,7 +229,7 @@ def _product_size(edges: list[list[Any]]) -> int:
 
 def _objective_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
     metric = sweep.objective.metric
-    recorded = {f"train_{m}" if not m.startswith("val_") else m for m in monitor_names(sweep.base)}
+    recorded = {monitored(m) for m in monitor_names(sweep.base)}  # as metrics-row fields
     if metric not in recorded:
         msg = f"{metric} is not recorded for the base job; choose one of {sorted(recorded)}"
         return [_error("metric", msg, "objective")]

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from app.schemas.metric_row import METRIC_FIELDS
 
 
 class TransitionPublic(BaseModel):
@@ -102,21 +104,14 @@ class JobsPublic(BaseModel):
     next_cursor: str | None = Field(None, description="pass as ?cursor= for the next page")
 
 
-class MetricRow(BaseModel):
-    """One epoch; values that were not finite are null."""
-
-    model_config = ConfigDict(from_attributes=True)
-
-    epoch: int
-    train_loss: float | None
-    train_accuracy: float | None
-    train_mae: float | None
-    val_loss: float | None
-    val_accuracy: float | None
-    val_mae: float | None
-    learning_rate: float | None
-    epoch_seconds: float | None
-    samples_per_second: float | None
+# One epoch: its number, then a nullable float per app.schemas.metric_row.METRIC_FIELDS name.
+MetricRow = create_model(
+    "MetricRow",
+    __doc__="One epoch; values that were not finite are null.",
+    __config__=ConfigDict(from_attributes=True),
+    epoch=(int, ...),
+    **dict.fromkeys(METRIC_FIELDS, (float | None, ...)),
+)
 
 
 class MetricsPublic(BaseModel):

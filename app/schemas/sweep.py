@@ -13,15 +13,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.schemas.job_spec import JobSpec
+from app.schemas.metric_row import SCORES, SPLITS, score_field
 
-# The metrics-row fields an objective may name (the per-epoch values a pruner compares).
-OBJECTIVE_FIELDS = (
-    "val_loss",
-    "val_accuracy",
-    "val_mae",
-    "train_loss",
-    "train_accuracy",
-    "train_mae",
+# The metrics-row fields an objective may name (the per-epoch scores a pruner compares),
+# validation ones first.
+OBJECTIVE_FIELDS = tuple(
+    score_field(split, score) for split in reversed(SPLITS) for score in SCORES
 )
 # Dotted field names; a number is a list index (model.layers.3.filters: the fourth node's).
 PARAMETER_PATH = r"^[a-z_][a-z0-9_]*(\.([a-z_][a-z0-9_]*|[0-9]{1,3}))*$"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 from collections.abc import Sequence
 from datetime import datetime
@@ -12,9 +11,8 @@ from typing import Any
 
 from rich.table import Column, Table
 
-from epochal_client.types import Job, MetricRow, WorkerInfo
+from epochal_client.types import ROW_FIELDS, Job, MetricRow, WorkerInfo, score_field
 
-METRIC_COLUMNS = tuple(f.name for f in dataclasses.fields(MetricRow))
 STATUS_STYLE = {
     "queued": "dim",
     "running": "cyan",
@@ -158,7 +156,7 @@ def transitions_table(job: Job) -> Table:
 
 def used_columns(rows: Sequence[MetricRow]) -> list[str]:
     """The metric columns that hold a value in some row (accuracy or mae, not both)."""
-    return [c for c in METRIC_COLUMNS if any(getattr(r, c) is not None for r in rows)]
+    return [c for c in ROW_FIELDS if any(getattr(r, c) is not None for r in rows)]
 
 
 def metrics_table(rows: Sequence[MetricRow], columns: Sequence[str] | None = None) -> Table:
@@ -172,11 +170,9 @@ def metrics_table(rows: Sequence[MetricRow], columns: Sequence[str] | None = Non
 def metrics_csv(rows: Sequence[MetricRow]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(METRIC_COLUMNS)
+    writer.writerow(ROW_FIELDS)
     for row in rows:
-        writer.writerow(
-            ["" if getattr(row, c) is None else getattr(row, c) for c in METRIC_COLUMNS]
-        )
+        writer.writerow(["" if getattr(row, c) is None else getattr(row, c) for c in ROW_FIELDS])
     return out.getvalue()
 
 
@@ -212,7 +208,7 @@ def plot_metrics(job: Job, rows: Sequence[MetricRow], path: Path) -> Path:
     epochs = [r.epoch for r in rows]
     for ax, name in zip(axes, ("loss", metric), strict=True):
         for split, style in (("train", "-o"), ("val", "-s")):
-            values = [getattr(r, f"{split}_{name}") for r in rows]
+            values = [getattr(r, score_field(split, name)) for r in rows]
             points = [(e, v) for e, v in zip(epochs, values, strict=True) if v is not None]
             if points:
                 ax.plot(*zip(*points, strict=True), style, markersize=3, label=f"{split} {name}")

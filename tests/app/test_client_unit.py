@@ -109,11 +109,15 @@ def test_new_lines_of_a_sliding_log_tail() -> None:
 def test_client_types_follow_the_api_schemas() -> None:
     from dataclasses import fields
 
+    from app.schemas import metric_row
     from app.schemas.api import JobPublic
     from app.schemas.api import MetricRow as ServerRow
+    from epochal_client import types
     from epochal_client.types import Job, MetricRow
 
     assert [f.name for f in fields(MetricRow)] == list(ServerRow.model_fields)
+    assert types.ROW_FIELDS == metric_row.ROW_FIELDS  # the client's mirror of the one definition
+    assert (types.SPLITS, types.SCORES) == (metric_row.SPLITS, metric_row.SCORES)
     assert {f.name for f in fields(Job)} == set(JobPublic.model_fields)
 
 

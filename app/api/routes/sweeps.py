@@ -19,7 +19,8 @@ from app.api.deps import (
 from app.domain import sweeps as rows
 from app.domain.states import TrialState
 from app.domain.sweep_space import space_errors, value_at
-from app.domain.tables import ID_CHARS, Job, Sweep
+from app.domain.tables import Job, Sweep
+from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.sweep import (
     BestTrial,
     SweepPublic,
@@ -37,7 +38,7 @@ router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 def get_sweep_or_404(
     session: SessionDep,
     key: CurrentKey,
-    sweep_id: Annotated[str, Path(max_length=64, pattern=ID_CHARS)],
+    sweep_id: Annotated[str, Path(max_length=ID_MAX_LENGTH, pattern=ID_CHARS)],
 ) -> Sweep:
     """The sweep if it exists and the caller may see it; another owner's is a 404 too."""
     sweep = session.get(Sweep, sweep_id)
