@@ -4,8 +4,9 @@ The estimate follows what the training child really holds at its peak, so an hon
 fits passes and one that cannot fit is refused at the door instead of OOM-ing on a worker:
 - the data set as loaded, in its source dtype, plus the float32 copy the loop trains on
   (synthetic data is generated in float64, then converted), train and test split together;
-- weights, gradients and optimizer state (adam/adamw keep two moments, sgd with momentum
-  and rmsprop one), all float32;
+- weights, gradients and optimizer state (the slots the optimizer's module names: adam and
+  adamw keep two moments, rmsprop one (two with momentum), sgd one with momentum),
+  all float32;
 - activations of one per-replica batch, forward and backward;
 - a fixed allowance for the framework runtime itself;
 - times the replica count where each replica is its own process (PyTorch DDP); TensorFlow's
@@ -33,7 +34,6 @@ BUILTIN_SIZES: dict[str, tuple[int, int, int]] = {
     "digits": (1_797, 0, 8),
 }
 SYNTHETIC_SAMPLES, SYNTHETIC_FEATURES, SYNTHETIC_TEST_FRACTION = 10_000, 32, 5
-OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1}  # float32 tensors per parameter
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,7 @@ def estimate(spec: JobSpec, data: DataShape) -> Cost:
     data_bytes = values * (data.itemsize + FLOAT32) + labels
     graph = graph_of(spec, data)
     params = graph.parameters
-    slots = OPTIMIZER_SLOTS.get(spec.optimizer.name, 1 if spec.optimizer.momentum else 0)
-    state = params * slots * FLOAT32
+    state = params * len(spec.optimizer.slots()) * FLOAT32  # float32 tensors per parameter
     model_bytes = 2 * params * FLOAT32 + state  # weights and gradients, then the state
     replicas = spec.resources.replica_count
     batch = spec.training.batch_size // replicas

@@ -29,13 +29,16 @@ from app.schemas.graph import (
     TensorType,
     build,
 )
+from app.schemas.monitor import Mode
+from app.schemas.optimizers import DEFAULT as DEFAULT_OPTIMIZER
+from app.schemas.optimizers import OPTIMIZERS, OptimizerSpec
+from app.schemas.schedules import LRSchedulerSpec
 from app.schemas.strict import StrictModel
 
 Framework = Literal["pytorch", "tensorflow"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)  # the back-ends, for code outside the spec
 Task = Literal["classification", "regression"]
 BuiltinDataset = Literal["fashion_mnist", "mnist", "digits", "synthetic"]
-Mode = Literal["min", "max", "auto"]
 
 # (input shape, classes) of the built-in data sets; synthetic is sized by its own fields.
 BUILTIN_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
@@ -109,35 +112,6 @@ class TrainingSpec(_Spec):
     shuffle: bool = Field(True, description="Reshuffle the samples (not batches) every epoch.")
 
 
-class OptimizerSpec(_Spec):
-    """The optimizer; weight_decay is decoupled (AdamW) and differs from regularization.l2."""
-
-    name: Literal["adam", "adamw", "sgd", "rmsprop"] = Field("adam", description="the optimizer")
-    learning_rate: float = Field(
-        0.001,
-        gt=0.0,
-        le=10.0,
-        allow_inf_nan=False,
-        description="the base rate; lr_scheduler changes it per epoch",
-    )
-    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="sgd and rmsprop")
-    nesterov: bool = Field(False, description="sgd with momentum > 0")
-    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="adamw only (decoupled)")
-
-    @model_validator(mode="after")
-    def _fields_apply(self) -> OptimizerSpec:
-        if self.momentum and self.name not in ("sgd", "rmsprop"):
-            raise ValueError(f"momentum applies to sgd and rmsprop, not {self.name}")
-        if self.nesterov and (self.name != "sgd" or self.momentum == 0):
-            raise ValueError("nesterov needs optimizer sgd with momentum > 0")
-        if self.weight_decay and self.name != "adamw":
-            raise ValueError(
-                "weight_decay is decoupled decay and only defined here for adamw; "
-                "for an L2 term in the loss use regularization.l2"
-            )
-        return self
-
-
 class RegularizationSpec(_Spec):
     """An explicit loss term l2 * sum(w**2) over kernel weights (not biases), both frameworks."""
 
@@ -148,60 +122,6 @@ class RegularizationSpec(_Spec):
         allow_inf_nan=False,
         description="weight of l2 * sum(w**2) over kernels, added to the loss",
     )
-
-
-class StepLRSpec(_Spec):
-    """lr = base * gamma ** (epoch_index // step_size), as torch's StepLR stepped per epoch."""
-
-    name: Literal["step"] = "step"
-    step_size: int = Field(1, ge=1, le=1000, description="epochs between decays")
-    gamma: float = Field(0.1, gt=0.0, le=1.0, description="multiplier at each decay")
-
-
-class ExponentialLRSpec(_Spec):
-    """lr = base * gamma ** epoch_index, as torch's ExponentialLR."""
-
-    name: Literal["exponential"] = "exponential"
-    gamma: float = Field(0.95, gt=0.0, le=1.0, description="multiplier per epoch")
-
-
-class CosineLRSpec(_Spec):
-    """Linear warmup then cosine annealing to min_lr over t_max epochs (default: all)."""
-
-    name: Literal["cosine"] = "cosine"
-    t_max: int | None = Field(
-        None,
-        ge=1,
-        le=1000,
-        description="epochs of the cosine after warmup (default: the rest of training)",
-    )
-    min_lr: float = Field(0.0, ge=0.0, le=10.0, description="the rate at the end of the cosine")
-    warmup_epochs: int = Field(0, ge=0, le=1000, description="linear warmup to learning_rate first")
-
-
-class ReduceOnPlateauSpec(_Spec):
-    """Multiply the rate by factor after `patience` epochs without improvement of monitor."""
-
-    name: Literal["reduce_on_plateau"] = "reduce_on_plateau"
-    monitor: str = Field(
-        "val_loss", max_length=32, description="the metric watched, e.g. val_loss or val_accuracy"
-    )
-    mode: Mode = Field("auto", description="min, max, or auto (max for accuracy-like names)")
-    factor: float = Field(0.1, gt=0.0, lt=1.0, description="multiplier when the monitor plateaus")
-    patience: int = Field(
-        10, ge=0, le=1000, description="epochs without improvement before reducing"
-    )
-    min_delta: float = Field(
-        1e-4, ge=0.0, le=1e6, description="smallest change that counts as improvement"
-    )
-    cooldown: int = Field(0, ge=0, le=1000, description="epochs to wait after a reduction")
-    min_lr: float = Field(0.0, ge=0.0, le=10.0, description="the rate never goes below this")
-
-
-LRSchedulerSpec = Annotated[
-    StepLRSpec | ExponentialLRSpec | CosineLRSpec | ReduceOnPlateauSpec,
-    Field(discriminator="name"),
-]
 
 
 class EarlyStoppingSpec(_Spec):
@@ -283,7 +203,8 @@ class JobSpec(_Spec):
         default_factory=TrainingSpec, description="epochs, batch, seed, shuffling"
     )
     optimizer: OptimizerSpec = Field(
-        default_factory=OptimizerSpec, description="optimizer and base learning rate"
+        default_factory=OPTIMIZERS[DEFAULT_OPTIMIZER],
+        description=f"optimizer and base learning rate; name defaults to {DEFAULT_OPTIMIZER}",
     )
     regularization: RegularizationSpec = Field(
         default_factory=RegularizationSpec, description="an explicit L2 loss term"
@@ -445,10 +366,3 @@ def check_model_for_data(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGra
             f"the limit is {MAX_FLOPS_PER_SAMPLE:,} (the largest, {graph.heaviest('flops')})"
         )
     return graph
-
-
-def resolved_mode(monitor: str, mode: Mode) -> Literal["min", "max"]:
-    """Keras' rule for mode auto: accuracy-like monitors are maximized, the rest minimized."""
-    if mode != "auto":
-        return mode
-    return "max" if "acc" in monitor else "min"

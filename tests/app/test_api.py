@@ -10,6 +10,8 @@ from fastapi.testclient import TestClient
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
+from app.schemas.optimizers import OPTIMIZERS
+from app.schemas.schedules import SCHEDULES
 
 
 @pytest.fixture
@@ -36,13 +38,7 @@ def test_submit_returns_the_job_with_defaults_and_queues_it(
     assert response.status_code == 201, response.text
     job = response.json()
     assert job["status"] == "queued" and job["attempt"] == 0 and job["epochs"] == 3
-    assert job["spec"]["optimizer"] == {
-        "name": "adam",
-        "learning_rate": 0.001,
-        "momentum": 0.0,
-        "nesterov": False,
-        "weight_decay": 0.0,
-    }
+    assert job["spec"]["optimizer"] == {"name": "adam", "learning_rate": 0.001}  # its own fields
     assert job["transitions"][0]["to_status"] == "queued" and job["tags"] == {"team": "vision"}
     assert job["wait_reason"] == "waiting for a worker: none is live"
     with session_scope() as session:  # committed, and its message was published
@@ -61,6 +57,24 @@ def test_validation_errors_are_problem_json_naming_the_field(client: TestClient)
     assert problem["status"] == 422 and "training.epochs" in problem["detail"]
     assert problem["errors"][0]["field"] == "training.epochs"
     assert "Traceback" not in response.text
+
+
+@pytest.mark.parametrize(
+    ("field", "body", "known"),
+    [
+        ("optimizer", {"name": "lamb"}, OPTIMIZERS),
+        ("lr_scheduler", {"name": "one_cycle"}, SCHEDULES),
+    ],
+)
+def test_an_unknown_optimizer_or_schedule_is_a_422_listing_the_known_ones(
+    client: TestClient, field: str, body: dict[str, str], known: dict[str, object]
+) -> None:
+    response = client.post("/v1/jobs", json={**BODY, field: body})
+    assert response.status_code == 422
+    (error,) = response.json()["errors"]
+    assert error["field"] == field and f"unknown {field} {body['name']!r}" in error["msg"]
+    assert error["msg"].endswith("choose one of " + ", ".join(known))
+    assert client.get("/v1/jobs").json()["items"] == []
 
 
 @pytest.mark.parametrize("raw", [b"{", b"[]", b'"x"', b"null", b'{"framework": NaN}'])

@@ -44,6 +44,19 @@ def test_adam_keeps_two_moments_sgd_none() -> None:
     assert adam.model_bytes == (2 + 2) * params * 4 and sgd.model_bytes == 2 * params * 4
     # Two checkpoints of weights and moments, then the model file and model.onnx.
     assert adam.disk_bytes == 2 * 3 * params * 4 + 2 * params * 4
+    momentum = {"name": "sgd", "momentum": 0.9}
+    assert estimate(spec(dataset={"name": "digits"}, optimizer=momentum), data).model_bytes == (
+        3 * params * 4
+    )
+
+
+def test_rmsprop_keeps_its_square_average_and_a_momentum_buffer_when_asked() -> None:
+    data = DataShape(100, 0, (10,), 4, 2)
+    plain = estimate(spec(dataset={"name": "digits"}, optimizer={"name": "rmsprop"}), data)
+    both = {"name": "rmsprop", "momentum": 0.5}
+    momentum = estimate(spec(dataset={"name": "digits"}, optimizer=both), data)
+    params = 10 * 128 + 128 + 128 * 2 + 2
+    assert plain.model_bytes == 3 * params * 4 and momentum.model_bytes == 4 * params * 4
 
 
 def test_activations_grow_with_the_batch_and_name_it() -> None:

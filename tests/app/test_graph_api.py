@@ -15,7 +15,7 @@ from sqlalchemy import update
 
 from app.core.db import session_scope
 from app.domain.admission import data_of
-from app.domain.cost import OPTIMIZER_SLOTS, DataShape, estimate, graph_of
+from app.domain.cost import DataShape, estimate, graph_of
 from app.domain.tables import Job
 from app.schemas.job_spec import JobSpec
 from tests.conftest import make_key
@@ -108,7 +108,7 @@ def test_admissions_memory_estimate_counts_the_summarys_parameters(client: TestC
         parameters = job["model_summary"]["parameters"]
         assert cost.parameters == parameters, model
         # weights and gradients, and Adam's two moments, each float32 per parameter
-        assert cost.model_bytes == (2 + OPTIMIZER_SLOTS["adam"]) * parameters * 4, model
+        assert cost.model_bytes == (2 + 2) * parameters * 4, model
 
 
 def test_a_job_on_an_upload_is_summarized_for_its_sample_shape(client: TestClient) -> None:

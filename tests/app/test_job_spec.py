@@ -111,9 +111,24 @@ def test_every_number_is_bounded(overrides: dict[str, Any], message: str) -> Non
         ({"dataset": {"name": "digits", "id": "abc"}}, "exactly one of dataset.name"),
         ({"dataset": {"id": "../x"}}, "String should match pattern"),
         ({"dataset": {"name": "digits", "samples": 100}}, "only apply to the synthetic"),
-        ({"optimizer__momentum": 0.9}, "momentum applies to sgd and rmsprop"),
+        ({"optimizer__momentum": 0.9}, "momentum applies to rmsprop and sgd, not adam"),
         ({"optimizer__weight_decay": 0.01}, "use regularization.l2"),
         ({"optimizer": {"name": "sgd", "nesterov": True}}, "nesterov needs"),
+        ({"optimizer": {"name": "rmsprop", "nesterov": True}}, "nesterov applies to sgd, not"),
+        (
+            {"optimizer": {"name": "lamb"}},
+            "unknown optimizer 'lamb': choose one of adam, adamw, rmsprop, sgd",
+        ),
+        (
+            {"lr_scheduler": {"name": "one_cycle"}},
+            "unknown lr_scheduler 'one_cycle': choose one of cosine, exponential, "
+            "reduce_on_plateau, step",
+        ),
+        ({"lr_scheduler": {"gamma": 0.5}}, "lr_scheduler needs a name: one of cosine"),
+        (
+            {"lr_scheduler": {"name": "step", "min_lr": 0.01}},
+            "min_lr applies to cosine and reduce_on_plateau, not step",
+        ),
         ({"early_stopping": {"monitor": "val_f1"}}, "is not recorded for this job"),
         (
             {"early_stopping": {"monitor": "val_loss"}, "dataset__validation_split": 0},
@@ -134,6 +149,21 @@ def test_what_cannot_work_is_rejected_with_a_reason(
     overrides: dict[str, Any], message: str
 ) -> None:
     assert message in error_of(spec(**overrides))
+
+
+def test_an_optimizer_spec_stored_with_every_shared_field_still_means_the_same() -> None:
+    """Before the registry one model held every optimizer's fields, so stored specs carry
+    them at their defaults: those are dropped, and only each optimizer's own fields remain."""
+    stored = {"learning_rate": 0.01, "momentum": 0.0, "nesterov": False, "weight_decay": 0.0}
+    for name, own in [
+        ("adam", {}),
+        ("adamw", {"weight_decay": 0.0}),
+        ("sgd", {"momentum": 0.0, "nesterov": False}),
+        ("rmsprop", {"momentum": 0.0}),
+    ]:
+        job = JobSpec.model_validate(spec(optimizer={"name": name, **stored}))
+        assert job.optimizer.model_dump() == {"name": name, "learning_rate": 0.01, **own}
+    assert "momentum applies to" in error_of(spec(optimizer={"momentum": False}))
 
 
 def test_mode_auto_and_monitors_follow_the_task() -> None:

@@ -18,8 +18,9 @@ from typing import Any
 
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
-from app.schemas.job_spec import JobSpec, resolved_mode
+from app.schemas.job_spec import JobSpec
 from app.schemas.metric_row import SCORES, score_field
+from app.schemas.monitor import resolved_mode
 from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_after
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend

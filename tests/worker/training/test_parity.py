@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from app.schemas.optimizers import OPTIMIZERS
 from tests.worker.training.inprocess import backend_for, make_spec, run_spec
 from worker.training.backend import kernel_l2
 from worker.training.callbacks import TrainState
@@ -99,18 +100,21 @@ def test_one_sgd_step_from_the_same_weights_gives_the_same_weights(model: dict[s
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "optimizer",
-    [
-        {"name": "adam", "learning_rate": 0.01},
-        {"name": "adamw", "learning_rate": 0.01, "weight_decay": 0.1},
-        {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9},
-        {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9, "nesterov": True},
-        {"name": "rmsprop", "learning_rate": 0.01},
-        {"name": "rmsprop", "learning_rate": 0.01, "momentum": 0.5},
-    ],
-    ids=["adam", "adamw", "sgd-momentum", "sgd-nesterov", "rmsprop", "rmsprop-momentum"],
-)
+OPTIMIZER_CASES = {
+    "adam": {"name": "adam", "learning_rate": 0.01},
+    "adamw": {"name": "adamw", "learning_rate": 0.01, "weight_decay": 0.1},
+    "sgd-momentum": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9},
+    "sgd-nesterov": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9, "nesterov": True},
+    "rmsprop": {"name": "rmsprop", "learning_rate": 0.01},
+    "rmsprop-momentum": {"name": "rmsprop", "learning_rate": 0.01, "momentum": 0.5},
+}
+
+
+def test_every_registered_optimizer_has_a_parity_case() -> None:
+    assert {case["name"] for case in OPTIMIZER_CASES.values()} == set(OPTIMIZERS)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZER_CASES.values(), ids=OPTIMIZER_CASES.keys())
 def test_every_optimizer_takes_the_same_steps(optimizer: dict[str, Any]) -> None:
     """Five steps with state (moments, momentum, bias correction, decay) agree to 1e-5."""
     fields = {

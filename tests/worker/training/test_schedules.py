@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.schemas.job_spec import CosineLRSpec, ExponentialLRSpec, ReduceOnPlateauSpec, StepLRSpec
+from app.schemas.schedules import SCHEDULES
+from app.schemas.schedules.cosine import CosineLRSpec
+from app.schemas.schedules.exponential import ExponentialLRSpec
+from app.schemas.schedules.reduce_on_plateau import ReduceOnPlateauSpec
+from app.schemas.schedules.step import StepLRSpec
 from worker.training.callbacks import TrainState
 from worker.training.schedules import LRSchedule, epoch_rate
 
@@ -27,32 +31,43 @@ def ours(spec: object) -> list[float]:
     return [epoch_rate(spec, BASE, e, EPOCHS) for e in range(EPOCHS)]  # type: ignore[arg-type]
 
 
+CLOSED_FORMS = [
+    (StepLRSpec(step_size=3, gamma=0.5), lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5)),
+    (StepLRSpec(step_size=1, gamma=0.1), lambda o: torch.optim.lr_scheduler.StepLR(o, 1, 0.1)),
+    (ExponentialLRSpec(gamma=0.9), lambda o: torch.optim.lr_scheduler.ExponentialLR(o, 0.9)),
+    (
+        CosineLRSpec(min_lr=0.001),
+        lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, EPOCHS, 0.001),
+    ),
+    (
+        CosineLRSpec(warmup_epochs=4, min_lr=0.0),
+        lambda o: torch.optim.lr_scheduler.SequentialLR(
+            o,
+            [
+                torch.optim.lr_scheduler.LinearLR(o, 0.25, 1.0, total_iters=3),
+                torch.optim.lr_scheduler.CosineAnnealingLR(o, EPOCHS - 4, 0.0),
+            ],
+            milestones=[4],
+        ),
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("spec", "make"),
-    [
-        (StepLRSpec(step_size=3, gamma=0.5), lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5)),
-        (StepLRSpec(step_size=1, gamma=0.1), lambda o: torch.optim.lr_scheduler.StepLR(o, 1, 0.1)),
-        (ExponentialLRSpec(gamma=0.9), lambda o: torch.optim.lr_scheduler.ExponentialLR(o, 0.9)),
-        (
-            CosineLRSpec(min_lr=0.001),
-            lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, EPOCHS, 0.001),
-        ),
-        (
-            CosineLRSpec(warmup_epochs=4, min_lr=0.0),
-            lambda o: torch.optim.lr_scheduler.SequentialLR(
-                o,
-                [
-                    torch.optim.lr_scheduler.LinearLR(o, 0.25, 1.0, total_iters=3),
-                    torch.optim.lr_scheduler.CosineAnnealingLR(o, EPOCHS - 4, 0.0),
-                ],
-                milestones=[4],
-            ),
-        ),
-    ],
+    CLOSED_FORMS,
     ids=["step3", "step1-seed", "exponential", "cosine", "cosine-warmup"],
 )
 def test_closed_forms_match_torch(spec: object, make: object) -> None:
     assert ours(spec) == pytest.approx(torch_rates(make), rel=1e-6, abs=1e-12)
+
+
+def test_every_registered_schedule_is_checked_here() -> None:
+    """The closed forms above against torch, the one that reacts to a metric against Keras."""
+    closed = {spec.name for spec, _ in CLOSED_FORMS}
+    assert closed | {"reduce_on_plateau"} == set(SCHEDULES)
+    assert ReduceOnPlateauSpec().epoch_rate(BASE, 3, EPOCHS) is None
+    assert all(SCHEDULES[name]().watches() is None for name in closed)
 
 
 def test_plateau_matches_keras_reduce_lr_on_plateau() -> None:

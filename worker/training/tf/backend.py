@@ -25,7 +25,7 @@ from worker.training.callbacks import Logs, TrainState  # noqa: E402
 from worker.training.data import Splits, epoch_order, global_steps  # noqa: E402
 from worker.training.init import initial_weights  # noqa: E402
 from worker.training.tf.graph import build_model  # noqa: E402
-from worker.training.tf.optimizers import build_optimizer  # noqa: E402
+from worker.training.tf.optimizers import RegistryOptimizer  # noqa: E402
 from worker.training.tf.strategy import make_strategy  # noqa: E402
 
 CHUNK_STEPS = 64
@@ -47,10 +47,7 @@ class TFBackend:
         self.graph = built_model(spec, model_input(spec, splits.input_shape), splits.outputs)
         with self.strategy.scope():
             self.model, self.variables = build_model(self.graph)
-            opt = spec.optimizer
-            self.optimizer = build_optimizer(
-                opt.name, opt.learning_rate, opt.momentum, opt.nesterov, opt.weight_decay
-            )
+            self.optimizer = RegistryOptimizer(spec.optimizer)
             # Build the optimizer's slots now, inside the scope: Keras 3.15 + TF 2.21 cannot
             # create them lazily inside a distributed step (RELIABILITY.md P23).
             self.optimizer.build(self.model.trainable_variables)

@@ -18,38 +18,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.domain.job_files import MODEL_FILES
-from app.schemas.job_spec import JobSpec, OptimizerSpec, built_model, model_input
+from app.schemas.job_spec import JobSpec, built_model, model_input
 from worker.training.backend import Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
 from worker.training.data import Splits, epoch_order, epoch_seed, global_steps
 from worker.training.init import initial_weights
 from worker.training.torch import distributed
-from worker.training.torch.graph import GraphModule
+from worker.training.torch.graph import KIT, GraphModule
 
 CHECK_EVERY = 32
 EVAL_BATCH = 8192
-
-
-def build_optimizer(spec: OptimizerSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    """Optimizers with Keras' defaults where the two frameworks differ (eps 1e-7, rho 0.9).
-
-    Adam, AdamW and SGD use the fused kernels (one op per step for all parameters, on CPU
-    too); RMSprop has none, so it gets the multi-tensor path.
-    """
-    lr = spec.learning_rate
-    if spec.name == "adam":
-        return torch.optim.Adam(params, lr=lr, eps=1e-7, fused=True)
-    if spec.name == "adamw":
-        return torch.optim.AdamW(
-            params, lr=lr, eps=1e-7, weight_decay=spec.weight_decay, fused=True
-        )
-    if spec.name == "sgd":
-        return torch.optim.SGD(
-            params, lr=lr, momentum=spec.momentum, nesterov=spec.nesterov, fused=True
-        )
-    return torch.optim.RMSprop(
-        params, lr=lr, alpha=0.9, eps=1e-7, momentum=spec.momentum, foreach=True
-    )
 
 
 @contextlib.contextmanager
@@ -82,7 +60,9 @@ class TorchBackend:
         ]
         self.set_weights(initial_weights(graph.variables(), spec.training.seed))
         self.net: nn.Module = distributed.wrap(self.model, placement)
-        self.optimizer = build_optimizer(spec.optimizer, list(self.model.parameters()))
+        self.optimizer: torch.optim.Optimizer = spec.optimizer.torch_optimizer(
+            KIT, list(self.model.parameters())
+        )
         self.scaler = torch.amp.GradScaler("cuda") if spec.resources.precision == "fp16" else None
         self.data = {
             split: (self._tensor_x(x), self._tensor_y(y))
