@@ -44,6 +44,7 @@ class DataShape:
     sample_shape: tuple[int, ...]
     itemsize: int
     outputs: int
+    vocab: int | None = None  # token data: max id + 1 (app.domain.uploads); None for values
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,9 @@ def estimate(spec: JobSpec, data: DataShape) -> Cost:
     """Peak host memory and disk of the job `spec` over `data`."""
     values = (data.samples + data.test_samples) * math.prod(data.sample_shape)
     labels = (data.samples + data.test_samples) * 8  # int64 classes or float targets
-    data_bytes = values * (data.itemsize + FLOAT32) + labels
-    graph = built_model(spec, model_input(spec, data.sample_shape), data.outputs)
+    data_bytes = values * (data.itemsize + FLOAT32) + labels  # token ids: an int32 copy
+    x = model_input(spec, data.sample_shape, data.vocab is not None, data.vocab)
+    graph = built_model(spec, x, data.outputs)
     params = graph.parameters
     slots = OPTIMIZER_SLOTS.get(spec.optimizer.name, 1 if spec.optimizer.momentum else 0)
     state = params * slots * FLOAT32
