@@ -43,7 +43,8 @@ def data_of(session: Session, spec: JobSpec) -> DataShape | None:
         return None
     outputs = row.classes or 1
     shape = tuple(int(n) for n in row.shape)
-    return DataShape(row.samples, row.test_samples or 0, shape, itemsize_of(row.dtype), outputs)
+    itemsize = itemsize_of(row.dtype)
+    return DataShape(row.samples, row.test_samples or 0, shape, itemsize, outputs, row.vocab)
 
 
 def model_summary(session: Session, spec: JobSpec) -> dict[str, Any] | None:

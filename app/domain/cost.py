@@ -45,6 +45,7 @@ class DataShape:
     sample_shape: tuple[int, ...]
     itemsize: int
     outputs: int
+    vocab: int | None = None  # token data: max id + 1 (app.domain.uploads); None for values
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,15 @@ def builtin_data(spec: JobSpec) -> DataShape | None:
 def graph_of(spec: JobSpec, data: DataShape) -> BuiltGraph:
     """The job's model built for its data (head included): what the estimate costs and what
     the job resource summarizes (GraphError when it does not fit)."""
-    return built_model(spec, model_input(spec, data.sample_shape), data.outputs)
+    x = model_input(spec, data.sample_shape, data.vocab is not None, data.vocab)
+    return built_model(spec, x, data.outputs)
 
 
 def estimate(spec: JobSpec, data: DataShape) -> Cost:
     """Peak host memory and disk of the job `spec` over `data`."""
     values = (data.samples + data.test_samples) * math.prod(data.sample_shape)
     labels = (data.samples + data.test_samples) * 8  # int64 classes or float targets
-    data_bytes = values * (data.itemsize + FLOAT32) + labels
+    data_bytes = values * (data.itemsize + FLOAT32) + labels  # token ids: an int32 copy
     graph = graph_of(spec, data)
     params = graph.parameters
     state = params * len(spec.optimizer.slots()) * FLOAT32  # float32 tensors per parameter

@@ -47,7 +47,8 @@ def unfinished_jobs_using(session: Session, dataset_id: str) -> list[str]:
 
 def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None:
     """Why the job cannot use its `dataset.id` (missing, not the caller's, wrong task, model
-    does not fit), or None when it can or names a built-in data set."""
+    does not fit, a normalization that means nothing for it), or None when it can or names a
+    built-in data set."""
     dataset_id = spec.dataset.id
     if dataset_id is None:
         return None
@@ -59,8 +60,14 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
             f"task {spec.task} needs a data set uploaded with task {spec.task}; "
             f"{dataset_id} was uploaded for {row.task}"
         )
+    x = model_input(spec, tuple(row.shape), row.vocab is not None, row.vocab)
+    if x.tokens and spec.dataset.normalize == "standard":
+        return (
+            f"dataset.normalize standard does not apply to {dataset_id}: it holds token ids, "
+            "which are never scaled; leave normalize out or set none"
+        )
     try:
-        check_model_for_data(spec, model_input(spec, tuple(row.shape)), row.classes or 1)
+        check_model_for_data(spec, x, row.classes or 1)
     except ValueError as exc:
         return str(exc)
     return None

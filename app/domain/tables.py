@@ -189,9 +189,16 @@ class Dataset(Base):
     samples: Mapped[int] = mapped_column(Integer)
     test_samples: Mapped[int | None] = mapped_column(Integer)
     classes: Mapped[int | None] = mapped_column(Integer)
+    # Token data sets (x holds token ids, stored as int32): max id + 1; NULL for real values.
+    vocab: Mapped[int | None] = mapped_column(Integer)
     size_bytes: Mapped[int] = mapped_column(Integer)
     checksum: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    @property
+    def kind(self) -> str:
+        """tokens (x holds token ids) or values (real values: features, images, sequences)."""
+        return "values" if self.vocab is None else "tokens"
 
 
 class EpochStat(Base):

@@ -3,8 +3,9 @@
 Runs in the API process on the file the multipart parser spooled. Nothing is written under the
 data dir until every check passed, and the stored file is written under a temporary name and
 renamed, so a failed or interrupted upload leaves nothing behind (RELIABILITY.md P33, P44, P45).
-The stored layout is what worker.training.data.uploads reads: `x` (uint8 or float32), `y` (int64
-class indices or float32 targets), optionally `x_test` and `y_test`.
+The stored layout is what worker.training.data.uploads reads: `x` (uint8 or float32 values;
+int32 token ids for an upload of kind tokens), `y` (int64 class indices or float32 targets),
+optionally `x_test` and `y_test`.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from typing import BinaryIO
 import numpy as np
 
 from app.domain.job_files import upload_path
+from app.schemas.graph.ops.embedding import MAX_VOCAB
 
 ARRAYS = ("x", "y", "x_test", "y_test")
 ZIP_MAGIC = b"PK\x03\x04"
 MAX_CLASSES = 1000  # the bound the job spec puts on synthetic classes
 MAX_SAMPLE_DIMS = 3  # (features,), (H, W) or (H, W, C)
+TOKEN_DTYPE = np.int32  # x of kind tokens, as stored: an embedding's ids
 HEADER_READERS = {
     (1, 0): np.lib.format.read_array_header_1_0,
     (2, 0): np.lib.format.read_array_header_2_0,
@@ -57,6 +60,7 @@ class Summary:
     samples: int
     test_samples: int | None
     classes: int | None
+    vocab: int | None = None  # kind tokens: max token id + 1 over x and x_test
 
 
 def sniff_format(file: BinaryIO, filename: str) -> str:
@@ -219,6 +223,26 @@ def _features(a: np.ndarray, name: str) -> np.ndarray:
     return out
 
 
+def _tokens(a: np.ndarray, name: str) -> np.ndarray:
+    """Token ids (samples, steps), whole numbers 0 … MAX_VOCAB - 1, as TOKEN_DTYPE."""
+    if a.dtype.kind not in "iu":
+        raise UploadError(
+            422, f"{name} has dtype {a.dtype}; kind tokens needs integer token ids (.npz)"
+        )
+    if a.ndim != 2 or a.size == 0:
+        raise UploadError(
+            422,
+            f"{name} must have shape (samples, steps) for kind tokens and not be empty; it has "
+            f"shape {a.shape}",
+        )
+    low, high = int(a.min()), int(a.max())
+    if low < 0 or high >= MAX_VOCAB:
+        raise UploadError(
+            422, f"{name} must hold token ids 0 … {MAX_VOCAB - 1}; found {low} … {high}"
+        )
+    return a.astype(TOKEN_DTYPE)
+
+
 def _labels(a: np.ndarray, name: str, task: str, samples: int) -> np.ndarray:
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
@@ -249,13 +273,15 @@ def _labels(a: np.ndarray, name: str, task: str, samples: int) -> np.ndarray:
     return a.astype(np.int64)
 
 
-def validate(arrays: Arrays, task: str) -> tuple[Arrays, Summary]:
-    """The arrays in their stored dtypes and what the resource says about them; or UploadError."""
-    x = _features(arrays.x, "x")
+def validate(arrays: Arrays, task: str, kind: str = "values") -> tuple[Arrays, Summary]:
+    """The arrays in their stored dtypes and what the resource says about them; or UploadError.
+    kind values: x holds real values; tokens: token ids (samples, steps)."""
+    read_x = _tokens if kind == "tokens" else _features
+    x = read_x(arrays.x, "x")
     y = _labels(arrays.y, "y", task, len(x))
     x_test = y_test = None
     if arrays.x_test is not None and arrays.y_test is not None:
-        x_test = _features(arrays.x_test, "x_test")
+        x_test = read_x(arrays.x_test, "x_test")
         if x_test.shape[1:] != x.shape[1:]:
             raise UploadError(
                 422, f"x_test samples have shape {x_test.shape[1:]}, x samples {x.shape[1:]}"
@@ -278,8 +304,14 @@ def validate(arrays: Arrays, task: str) -> tuple[Arrays, Summary]:
         samples=len(x),
         test_samples=None if x_test is None else len(x_test),
         classes=classes,
+        vocab=vocab_of(x, x_test) if kind == "tokens" else None,
     )
     return Arrays(x, y, x_test, y_test), summary
+
+
+def vocab_of(x: np.ndarray, x_test: np.ndarray | None) -> int:
+    """Max token id + 1: the smallest vocab_size an embedding over this data may have."""
+    return int(max(x.max(), x_test.max() if x_test is not None else 0)) + 1
 
 
 def store(arrays: Arrays, data_dir: Path, dataset_id: str) -> Path:

@@ -7,6 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# What an upload's x holds: real values (features, images, float sequences) or token ids.
+DataKind = Literal["values", "tokens"]
+
 
 class DatasetPublic(BaseModel):
     """An uploaded data set, as validated and stored."""
@@ -18,7 +21,11 @@ class DatasetPublic(BaseModel):
     format: Literal["npz", "csv"] = Field(description="the uploaded file's format")
     task: Literal["classification", "regression"]
     shape: list[int] = Field(description="shape of one sample, e.g. [28, 28] or [32]")
-    dtype: str = Field(description="dtype of x as stored: uint8 or float32")
+    dtype: str = Field(description="dtype of x as stored: uint8 or float32; int32 for tokens")
+    kind: DataKind = Field(description="values, or tokens: x holds token ids (samples, steps)")
+    vocab: int | None = Field(
+        description="tokens only: max token id + 1, the least vocab_size of an embedding"
+    )
     samples: int = Field(
         description="training samples (a job's validation split comes out of these)"
     )

@@ -25,10 +25,12 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class RowSpec:
-    """What a request must hold: rows of `row_shape`, 1 to `max_rows` of them."""
+    """What a request must hold: rows of `row_shape`, 1 to `max_rows` of them (token ids
+    below `vocab` for a model over token ids)."""
 
     row_shape: tuple[int, ...]
     max_rows: int
+    vocab: int | None = None
 
     @property
     def expected(self) -> str:
@@ -60,7 +62,14 @@ def parse_rows(body: bytes, content_type: str, spec: RowSpec) -> np.ndarray:
         batch = array.astype(np.float32)
     if not np.isfinite(batch).all():  # also catches values too large for float32
         raise InputError("inputs must be finite: no NaN or infinity, |x| below 3.4e38")
+    if spec.vocab is not None and not _token_ids(batch, spec.vocab):
+        raise spec.error(f"inputs must be token ids: whole numbers 0 … {spec.vocab - 1}")
     return np.ascontiguousarray(batch)
+
+
+def _token_ids(batch: np.ndarray, vocab: int) -> bool:
+    """Whole numbers in range: model.onnx's Gather would fail on others, or wrap negatives."""
+    return bool((batch >= 0).all() and (batch < vocab).all() and (batch == np.round(batch)).all())
 
 
 def _from_json(body: bytes, spec: RowSpec) -> np.ndarray:

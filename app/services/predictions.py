@@ -34,6 +34,7 @@ class LoadedModel:
     row_shape: tuple[int, ...]
     task: str
     classes: list[Any] | None
+    vocab: int | None = None  # token models: each input is a token id below it
 
     def predict(self, batch: np.ndarray) -> dict[str, Any]:
         """The answer for a float32 batch already checked against `row_shape`."""
@@ -74,22 +75,24 @@ def model_files(job_dir: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
-def _read_card(card_path: Path) -> tuple[tuple[int, ...], str, list[Any] | None]:
-    """Row shape, task and classes from the model card."""
+def _read_card(card_path: Path) -> tuple[tuple[int, ...], str, list[Any] | None, int | None]:
+    """Row shape, task, classes and (token models) the vocabulary from the model card."""
     try:
         card = json.loads(card_path.read_text())
         row_shape = tuple(int(d) for d in card["input"]["shape"][1:])
         task, classes = str(card["task"]), card.get("classes")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        vocab = card["input"].get("vocab")
+        vocab = None if vocab is None else int(vocab)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise NoModel(f"the job's {CARD_FILE} is unreadable: {exc}") from exc
-    return row_shape, task, classes if isinstance(classes, list) else None
+    return row_shape, task, classes if isinstance(classes, list) else None, vocab
 
 
 def open_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
     """An inference session for one exported model, on the CPU with `threads` intra-op threads."""
     import onnxruntime as ort  # imported on first use: the API starts without paying for it
 
-    row_shape, task, classes = _read_card(card_path)
+    row_shape, task, classes, vocab = _read_card(card_path)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -111,6 +114,7 @@ def open_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
         row_shape=row_shape,
         task=task,
         classes=classes,
+        vocab=vocab,
     )
 
 

@@ -208,10 +208,13 @@ def datasets_upload(
     name: Annotated[str | None, typer.Option(help="default: the file name")] = None,
     label_column: Annotated[str | None, typer.Option(help="CSV: the label column")] = None,
     task: Annotated[str | None, typer.Option(help="classification or regression")] = None,
+    kind: Annotated[
+        str | None, typer.Option(help="values (default) or tokens: x holds token ids")
+    ] = None,
 ) -> None:
     """Upload a data set; prints its id (use it as dataset.id in a spec)."""
     with connect() as client:
-        dataset = client.upload_dataset(path, name, label_column, task)
+        dataset = client.upload_dataset(path, name, label_column, task, kind)
     console.print(dataset.id, highlight=False)
 
 

@@ -248,10 +248,17 @@ class Client(SweepMethods):
         name: str | None = None,
         label_column: str | None = None,
         task: str | None = None,
+        kind: str | None = None,
     ) -> Dataset:
-        """Upload an .npz (arrays x, y) or a CSV file; returns the stored data set."""
+        """Upload an .npz (arrays x, y) or a CSV file; returns the stored data set. kind
+        "tokens": x holds integer token ids (samples, steps); default "values"."""
         path = Path(path)
-        form = {"name": name or path.stem, "label_column": label_column, "task": task}
+        form = {
+            "name": name or path.stem,
+            "label_column": label_column,
+            "task": task,
+            "kind": kind,
+        }
         data = {k: v for k, v in form.items() if v is not None}
         with path.open("rb") as f:
             files = {"file": (path.name, f, "application/octet-stream")}

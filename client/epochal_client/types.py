@@ -133,6 +133,8 @@ class Dataset:
     samples: int | None = None
     classes: int | None = None
     shape: list[Any] = field(default_factory=list)
+    kind: str | None = None  # values, or tokens (x holds token ids below vocab)
+    vocab: int | None = None
     created_at: datetime | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 

@@ -254,3 +254,100 @@ def test_delete_is_refused_while_an_unfinished_job_uses_the_upload(clients: Clie
     assert client.get(f"/v1/datasets/{ds}").status_code == 404 and stored_files() == []
     assert client.get(f"/v1/jobs/{job['id']}").status_code == 200  # the finished job stays
     assert submit(client, dataset={"id": ds}).status_code == 422
+
+
+def tokens(n: int = 30, steps: int = 7, vocab: int = 12, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.integers(0, vocab - 1, (n, steps), dtype=np.int64),
+        "y": np.arange(n) % 3,
+        "x_test": np.full((4, steps), vocab - 1, np.uint16),  # the highest id: only here
+        "y_test": np.arange(4) % 3,
+    }
+
+
+def test_token_ids_are_stored_as_int32_with_their_vocabulary(sqlite_client: TestClient) -> None:
+    arrays = tokens()
+    response = upload(sqlite_client, npz(**arrays), kind="tokens")
+    assert response.status_code == 201, response.text
+    ds = response.json()
+    assert (ds["kind"], ds["vocab"], ds["shape"], ds["dtype"]) == ("tokens", 12, [7], "int32")
+    with np.load(stored_files()[0], allow_pickle=False) as stored:
+        assert stored["x"].dtype == stored["x_test"].dtype == np.int32
+        np.testing.assert_array_equal(stored["x"], arrays["x"])
+    # the same integers without kind tokens are real values, as they always were
+    values = upload(sqlite_client, npz(**arrays)).json()
+    assert (values["kind"], values["vocab"], values["dtype"]) == ("values", None, "float32")
+
+
+def test_float_sequences_are_values(sqlite_client: TestClient) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((20, 9, 3))
+    ds = upload(sqlite_client, npz(x=x, y=np.arange(20) % 2)).json()
+    assert (ds["kind"], ds["vocab"], ds["shape"], ds["dtype"]) == (
+        "values",
+        None,
+        [9, 3],
+        "float32",
+    )
+
+
+BAD_TOKENS: list[tuple[str, dict[str, Any], str]] = [
+    ("floats", {"x": np.zeros((4, 3)), "y": [0, 1, 0, 1]}, "needs integer token ids"),
+    ("3-d", {"x": np.zeros((4, 3, 2), int), "y": [0, 1, 0, 1]}, "(samples, steps)"),
+    ("negative", {"x": -np.ones((4, 3), int), "y": [0, 1, 0, 1]}, "found -1 … -1"),
+    ("huge id", {"x": np.full((4, 3), 10**6), "y": [0, 1, 0, 1]}, "token ids 0 … 999999"),
+    (
+        "float test",
+        {**tokens(), "x_test": np.zeros((4, 7)), "y_test": [0, 1, 0, 1]},
+        "x_test has dtype float64",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("arrays", "words"), [b[1:] for b in BAD_TOKENS], ids=[b[0] for b in BAD_TOKENS]
+)
+def test_bad_token_uploads_get_a_clear_422(
+    sqlite_client: TestClient, arrays: dict[str, Any], words: str
+) -> None:
+    response = upload(sqlite_client, npz(**arrays), kind="tokens")
+    assert response.status_code == 422, response.text
+    assert words in response.json()["detail"]
+    assert stored_files() == []
+
+
+def test_tokens_come_in_an_npz_and_kind_is_checked(sqlite_client: TestClient) -> None:
+    csv = upload(sqlite_client, b"a,y\n1,0\n2,1\n", "t.csv", label_column="y", kind="tokens")
+    assert csv.status_code == 422 and "needs integer token ids (.npz)" in csv.json()["detail"]
+    odd = upload(sqlite_client, npz(**tokens()), kind="words")
+    assert odd.status_code == 422 and odd.json()["errors"][0]["field"] == "kind", odd.text
+    assert stored_files() == []
+
+
+def graph(*layers: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "graph", "layers": list(layers)}
+
+
+EMBED = {"name": "emb", "op": "embedding", "vocab_size": 12, "dim": 4}
+LSTM = {"name": "rnn", "op": "lstm", "units": 4}
+
+
+def test_a_job_on_token_data_is_checked_against_its_vocabulary(clients: Client) -> None:
+    client = clients(make_key("owner"))
+    token_set = upload(client, npz(**tokens()), kind="tokens").json()["id"]
+    value_set = upload(client, npz(**tokens())).json()["id"]
+    small = {**EMBED, "vocab_size": 11}
+    cases = [
+        ({"id": value_set}, graph(EMBED, LSTM), "embedding 'emb': takes token ids; its input (7,)"),
+        ({"id": token_set}, graph(small, LSTM), "holds ids up to 11; vocab_size 11 must be at"),
+        ({"id": token_set}, {"hidden_units": [8]}, "its input (7,) token ids; put an embedding"),
+        ({"id": token_set, "normalize": "standard"}, graph(EMBED, LSTM), "dataset.normalize"),
+    ]
+    for dataset, model, words in cases:
+        response = submit(client, dataset=dataset, model=model)
+        assert response.status_code == 422, (model, response.text)
+        assert words in response.json()["detail"], response.text
+    for model in (graph(EMBED, LSTM), graph(EMBED, {**LSTM, "op": "gru"})):
+        ok = submit(client, dataset={"id": token_set}, model=model)
+        assert ok.status_code == 201, ok.text

@@ -54,8 +54,9 @@ def evaluate(spec: JobSpec, backend: Backend, splits: Splits) -> dict[str, Any]:
 def export_onnx(spec: JobSpec, backend: Backend, splits: Splits, directory: Path) -> dict[str, Any]:
     """Write directory/model.onnx once it matches the framework on up to PARITY_ROWS rows."""
     started = time.perf_counter()
+    weights, shape = backend.get_weights(), splits.input_shape
     model = build_onnx(
-        spec, backend.get_weights(), splits.input_shape, splits.outputs, splits.scale, splits.shift
+        spec, weights, shape, splits.outputs, splits.scale, splits.shift, splits.tokens
     )
     data = model.SerializeToString()
     _, x, _ = held_out(splits)
@@ -97,7 +98,13 @@ def model_card(
         "job_id": job_id,
         "framework": spec.framework,
         "task": spec.task,
-        "input": {"name": INPUT, "dtype": "float32", "shape": [None, *splits.input_shape]},
+        "input": {
+            "name": INPUT,
+            "dtype": "float32",
+            "shape": [None, *splits.input_shape],
+            # a model over token ids: its inputs are whole numbers below vocab
+            **({"vocab": splits.vocab} if splits.tokens else {}),
+        },
         "output": {"name": output_name(spec.task), "shape": [None, splits.outputs]},
         "normalization": {
             "kind": spec.dataset.normalize,

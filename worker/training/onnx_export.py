@@ -79,9 +79,12 @@ def build_onnx(
     outputs: int,
     scale: np.ndarray,
     shift: np.ndarray,
+    tokens: bool = False,
 ) -> onnx.ModelProto:
-    """The whole model, raw rows in; `weights` in Keras layout and graph order (get_weights())."""
-    graph = built_model(spec, model_input(spec, row_shape), outputs)
+    """The whole model, raw rows in; `weights` in Keras layout and graph order (get_weights()).
+    Token ids come in as float32 too (the graph's embedding casts them), so every model.onnx
+    takes the same input whatever its data."""
+    graph = built_model(spec, model_input(spec, row_shape, tokens), outputs)
     g = GraphBuilder()
     shifted = g.op("Sub", [INPUT, g.const(np.asarray(shift, np.float32), "shift")])
     x = g.op("Div", [shifted, g.const(np.asarray(scale, np.float32), "scale")])

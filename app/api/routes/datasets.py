@@ -19,7 +19,7 @@ from app.domain import datasets, uploads
 from app.domain.job_files import upload_path
 from app.domain.tables import Dataset
 from app.schemas.ids import ID_MAX_LENGTH, new_id
-from app.schemas.resources import DatasetPublic, DatasetsPublic
+from app.schemas.resources import DataKind, DatasetPublic, DatasetsPublic
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 NAME_PATTERN = r"^[\w.\- ]+$"
@@ -79,12 +79,16 @@ def create_dataset(
     name: Annotated[str | None, Form(max_length=128, pattern=NAME_PATTERN)] = None,
     task: Annotated[Literal["classification", "regression"], Form()] = "classification",
     label_column: Annotated[str | None, Form(max_length=256, description="CSV only")] = None,
+    kind: Annotated[
+        DataKind,
+        Form(description="values (default); tokens: x holds integer token ids (samples, steps)"),
+    ] = "values",
 ) -> DatasetPublic:
     """Upload a data set; it is validated, then stored as .npz under the data dir."""
     checksum, size = uploads.sha256_and_size(file.file)
     try:
         fmt, raw = _read(session, key, file, size, (task, label_column))
-        arrays, summary = uploads.validate(raw, task)
+        arrays, summary = uploads.validate(raw, task, kind)
     except uploads.UploadError as exc:
         raise HTTPException(exc.status, exc.detail) from exc
     row = Dataset(

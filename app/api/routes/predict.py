@@ -87,7 +87,7 @@ def _load_and_answer(
 
 
 def _answer(model: LoadedModel, body: bytes, content_type: str) -> JSONResponse:
-    spec = RowSpec(model.row_shape, get_settings().max_predict_rows)
+    spec = RowSpec(model.row_shape, get_settings().max_predict_rows, model.vocab)
     try:
         batch = parse_rows(body, content_type, spec)
     except InputError as exc:

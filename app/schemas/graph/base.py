@@ -104,7 +104,7 @@ class Op(StrictModel):
     def needs_rank(self, x: TensorType, ranks: tuple[int, ...], what: str) -> None:
         """Fail unless x has one of these ranks (a sample's dimensions) and holds values."""
         if x.tokens:
-            raise self.fail(f"takes real values, not token ids {x}; put an embedding first")
+            raise self.fail(f"takes real values, not its input {x}; put an embedding first")
         if len(x.shape) not in ranks:
             raise self.fail(f"needs {what}; its input is {x}")
 

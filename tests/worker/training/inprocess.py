@@ -58,9 +58,12 @@ def backend_for(spec: JobSpec, placement: Placement | None = None) -> Iterator[B
         backend.close()
 
 
-def run_spec(spec: JobSpec, workdir: Path, *extra: Callback) -> Run:
-    """One attempt (resuming from workdir's checkpoint if there is one), as a job's child runs."""
-    splits = load_splits(spec, EMPTY_DATA_DIR)
+def run_spec(
+    spec: JobSpec, workdir: Path, *extra: Callback, data_dir: Path = EMPTY_DATA_DIR
+) -> Run:
+    """One attempt (resuming from workdir's checkpoint if there is one), as a job's child runs;
+    uploads are read from data_dir."""
+    splits = load_splits(spec, data_dir)
     backend = create_backend(spec, splits, Placement())
     try:
         log = EpochLog()

@@ -67,4 +67,31 @@ CASES: dict[str, Case] = {
             {"name": "cat", "op": "concat", "inputs": ["a", "b"]},
         ],
     ),
+    "embedding": Case(
+        (5,), [{"name": "emb", "op": "embedding", "vocab_size": 11, "dim": 4}], vocab=11
+    ),
+    **{
+        f"{op}_{'sequences' if sequences else 'last'}": Case(
+            (5, 3), [{"name": "r", "op": op, "units": 4, "return_sequences": sequences}]
+        )
+        for op in ("lstm", "gru")
+        for sequences in (False, True)
+    },
+    "embedding_lstm": Case(
+        (6,),
+        [
+            {"name": "emb", "op": "embedding", "vocab_size": 9, "dim": 3},
+            {"name": "rnn", "op": "lstm", "units": 5},
+        ],
+        vocab=7,
+    ),
+    "embedding_gru_sequences": Case(
+        (6,),
+        [
+            {"name": "emb", "op": "embedding", "vocab_size": 9, "dim": 3},
+            {"name": "rnn", "op": "gru", "units": 4, "return_sequences": True},
+            {"name": "pool", "op": "global_avg_pool"},
+        ],
+        vocab=9,
+    ),
 }

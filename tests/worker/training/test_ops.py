@@ -84,7 +84,10 @@ def onnx_outputs(case: Case, graph: BuiltGraph, weights: list[np.ndarray], x: np
         },
     )
     one, zero = np.float32(1.0), np.float32(0.0)
-    model = build_onnx(spec, weights, case.shape, case.outputs, np.asarray(one), np.asarray(zero))
+    tokens = case.vocab is not None
+    model = build_onnx(
+        spec, weights, case.shape, case.outputs, np.asarray(one), np.asarray(zero), tokens
+    )
     return run_onnx(model.SerializeToString(), x.astype(np.float32))
 
 

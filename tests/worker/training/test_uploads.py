@@ -69,3 +69,46 @@ def test_a_pickled_file_in_the_upload_dir_is_refused(tmp_path: Path) -> None:
     np.savez(folder / "evil.npz", x=np.array([object()], dtype=object), y=np.arange(1))
     with pytest.raises(DataError, match="cannot be read"):
         load_upload("evil", tmp_path)
+
+
+def stored_tokens(tmp_path: Path) -> uploads.Arrays:
+    rng = np.random.default_rng(2)
+    x, x_test = rng.integers(0, 40, (30, 6)), rng.integers(0, 50, (5, 6))
+    x_test[0, 0] = 49  # the vocabulary counts the test split too
+    raw = uploads.Arrays(x, np.arange(30) % 3, x_test, np.arange(5) % 3)
+    arrays, summary = uploads.validate(raw, "classification", "tokens")
+    assert summary.vocab == 50 and arrays.x.dtype == np.int32
+    uploads.store(arrays, tmp_path, "tok-1")
+    return arrays
+
+
+def test_token_ids_load_as_int32_and_are_never_scaled(tmp_path: Path) -> None:
+    arrays = stored_tokens(tmp_path)
+    spec = JobSpec.model_validate(
+        {"framework": "pytorch", "dataset": {"id": "tok-1", "limit": 12}}  # normalize: unit
+    )
+    raw = load_upload("tok-1", tmp_path)
+    assert raw.vocab == 50  # of the whole upload, not of the first 12 samples
+    splits = split_and_normalize(raw, spec)
+    assert splits.tokens and splits.vocab == 50
+    assert splits.x_val is not None and splits.x_test is not None
+    assert {a.dtype for a in (splits.x_train, splits.x_val, splits.x_test)} == {np.dtype("int32")}
+    together = np.concatenate([splits.x_train, splits.x_val])
+    np.testing.assert_array_equal(np.sort(together, axis=0), np.sort(arrays.x[:12], axis=0))
+    assert float(splits.scale) == 1.0 and float(splits.shift) == 0.0  # model.onnx: identity
+
+
+def test_values_are_not_tokens(tmp_path: Path) -> None:
+    _, dataset_id = stored(tmp_path)
+    spec = JobSpec.model_validate({"framework": "pytorch", "dataset": {"id": dataset_id}})
+    splits = split_and_normalize(load_upload(dataset_id, tmp_path), spec)
+    assert not splits.tokens and splits.x_train.dtype == np.float32
+
+
+def test_standard_normalization_of_token_ids_is_a_data_error(tmp_path: Path) -> None:
+    stored_tokens(tmp_path)
+    spec = JobSpec.model_validate(
+        {"framework": "pytorch", "dataset": {"id": "tok-1", "normalize": "standard"}}
+    )
+    with pytest.raises(DataError, match="normalize standard does not apply to token ids"):
+        split_and_normalize(load_upload("tok-1", tmp_path), spec)

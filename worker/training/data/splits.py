@@ -8,6 +8,7 @@ has one) is kept apart for the final result.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,22 +29,42 @@ def split_and_normalize(raw: RawData, spec: JobSpec) -> Splits:
     val_idx, train_idx = np.sort(order[:n_val]), np.sort(order[n_val:])
     if len(train_idx) == 0:
         raise DataError("no training samples left after the validation split")
-    # Index in the stored dtype (uint8 images: a quarter of the bytes), convert once, then
-    # normalize in place: one float32 copy per split instead of four.
-    x_train = x[train_idx].astype(np.float32)
-    scale, shift = _normalizer(x_train, raw.unit_scale, ds.normalize)
+    x_train, prepare, (scale, shift) = _preparation(x[train_idx], raw, ds.normalize)
     return Splits(
-        x_train=_normalize(x_train, scale, shift),
+        x_train=x_train,
         y_train=y[train_idx],
-        x_val=_normalize(x[val_idx].astype(np.float32), scale, shift) if n_val else None,
+        x_val=prepare(x[val_idx]) if n_val else None,
         y_val=y[val_idx] if n_val else None,
-        x_test=None if xt is None else _normalize(xt.astype(np.float32), scale, shift),
+        x_test=None if xt is None else prepare(xt),
         y_test=yt,
         outputs=raw.classes or _outputs(spec, y, yt),
         scale=scale,
         shift=shift,
         fingerprint=data_fingerprint(x, y, xt, yt),
+        vocab=raw.vocab,
     )
+
+
+def _preparation(
+    x_train: np.ndarray, raw: RawData, how: str
+) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The training split as the back-end takes it, how to prepare the others, (scale, shift).
+
+    Values are indexed in the stored dtype (uint8 images: a quarter of the bytes), converted
+    once, then normalized in place: one float32 copy per split instead of four. Token ids
+    stay int32 and are never scaled ("unit", the default, leaves them as they are).
+    """
+    if raw.vocab is not None:
+        if how == "standard":
+            raise DataError("dataset.normalize standard does not apply to token ids; use none")
+        return x_train, lambda a: a, _normalizer(x_train, None, "none")
+    x_train = x_train.astype(np.float32)
+    scale, shift = _normalizer(x_train, raw.unit_scale, how)
+
+    def prepare(a: np.ndarray) -> np.ndarray:
+        return _normalize(a.astype(np.float32), scale, shift)
+
+    return _normalize(x_train, scale, shift), prepare, (scale, shift)
 
 
 def data_fingerprint(*arrays: np.ndarray | None) -> str:

@@ -13,7 +13,8 @@ class DataError(Exception):
 
 @dataclass
 class Splits:
-    """Arrays ready for a back-end: x float32; y int64 classes or float32 targets."""
+    """Arrays ready for a back-end: x float32 (int32 token ids when vocab is set); y int64
+    classes or float32 targets."""
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -26,10 +27,16 @@ class Splits:
     scale: np.ndarray = field(default_factory=lambda: np.asarray(np.float32(1.0)))
     shift: np.ndarray = field(default_factory=lambda: np.asarray(np.float32(0.0)))
     fingerprint: str = ""  # sha256 of the raw arrays used (see data_fingerprint)
+    vocab: int | None = None  # token data: max id + 1 over the whole upload
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
+
+    @property
+    def tokens(self) -> bool:
+        """x holds token ids (never normalized): the graph's input is of token type."""
+        return self.vocab is not None
 
 
 @dataclass
@@ -40,3 +47,4 @@ class RawData:
     y_test: np.ndarray | None
     unit_scale: float | None  # what "unit" divides by (255 for 8-bit images, 16 for digits)
     classes: int | None = None  # known from the data set (uploads); else from the labels
+    vocab: int | None = None  # token data (uploads of kind tokens): max id + 1

@@ -1,7 +1,8 @@
 """Reading an uploaded data set in the training process (the API validated and stored it).
 
-The file is the normalized .npz app.domain.uploads wrote: `x`, `y`, optionally `x_test`, `y_test`.
-It is read with allow_pickle=False all the same: a file on disk is not trusted code.
+The file is the normalized .npz app.domain.uploads wrote: `x`, `y`, optionally `x_test`, `y_test`;
+an x of its TOKEN_DTYPE holds token ids. It is read with allow_pickle=False all the same: a file
+on disk is not trusted code.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from app.domain.job_files import upload_path
+from app.domain.uploads import TOKEN_DTYPE, vocab_of
 from app.schemas.ids import is_id
 from worker.training.data.types import DataError, RawData
 
@@ -35,4 +37,6 @@ def load_upload(dataset_id: str, data_dir: Path) -> RawData:
     classes = None
     if y.dtype.kind in "iu":  # classification: fixed by the whole upload, not by dataset.limit
         classes = int(y.max()) + 1
-    return RawData(x, y, x_test, y_test, unit_scale=None, classes=classes)
+    # Like classes, fixed by the whole upload; an x of TOKEN_DTYPE holds token ids.
+    vocab = vocab_of(x, x_test) if x.dtype == TOKEN_DTYPE else None
+    return RawData(x, y, x_test, y_test, unit_scale=None, classes=classes, vocab=vocab)

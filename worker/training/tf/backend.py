@@ -44,7 +44,8 @@ class TFBackend:
         self.spec, self.placement, self.is_main = spec, placement, True
         self.classify = spec.task == "classification"
         self.replicas = self.strategy.num_replicas_in_sync
-        self.graph = built_model(spec, model_input(spec, splits.input_shape), splits.outputs)
+        x = model_input(spec, splits.input_shape, splits.tokens, splits.vocab)
+        self.graph = built_model(spec, x, splits.outputs)
         with self.strategy.scope():
             self.model, self.variables = build_model(self.graph)
             self.optimizer = RegistryOptimizer(spec.optimizer)

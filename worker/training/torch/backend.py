@@ -52,7 +52,8 @@ class TorchBackend:
         self.spec, self.placement, self.is_main = spec, placement, placement.is_main
         self.device = torch.device(f"cuda:{placement.gpus[0]}" if placement.gpus else "cpu")
         self.classify = spec.task == "classification"
-        graph = built_model(spec, model_input(spec, splits.input_shape), splits.outputs)
+        x = model_input(spec, splits.input_shape, splits.tokens, splits.vocab)
+        graph = built_model(spec, x, splits.outputs)
         self.model = GraphModule(graph).to(self.device)
         self.variables = self.model.variables()
         self.kernels = [

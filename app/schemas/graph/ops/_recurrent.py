@@ -1,0 +1,103 @@
+"""What lstm and gru share: fields, shapes, variables in Keras' layout, the three builds.
+
+Variables are Keras' (kernel [in, gates*units], recurrent_kernel [units, gates*units], bias),
+so Keras' own layers serve the TensorFlow back-end as they are. PyTorch runs the recurrence on
+those very tensors (torch.nn.LSTM keeps two biases, which would change the parameter count):
+one matmul projects every step's input, then a loop over the steps applies the cell. ONNX has
+both ops; each subclass reorders its gates into ONNX's layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from app.schemas.graph.base import Op, TensorType, Variable, kernel
+
+
+def gate_blocks(a: np.ndarray, order: tuple[int, ...], units: int) -> np.ndarray:
+    """The last axis's `units`-wide gate blocks in another order."""
+    return np.concatenate([a[..., k * units : (k + 1) * units] for k in order], axis=-1)
+
+
+class Recurrent(Op):
+    """A recurrent layer over (steps, features): tanh, with sigmoid gates (Keras' defaults)."""
+
+    gates: ClassVar[int] = 4  # weight blocks per matrix
+    states: ClassVar[int] = 2  # tensors carried from step to step, hidden first
+    keras_class: ClassVar[str] = "LSTM"  # the Keras layer, in keras.layers
+    onnx_op: ClassVar[str] = "LSTM"
+    onnx_attrs: ClassVar[dict[str, Any]] = {}
+    units: int = Field(ge=1, le=4096, description="width of the hidden state")
+    return_sequences: bool = Field(
+        False, description="every step's output (steps, units); else the last one (units,)"
+    )
+
+    def infer(self, xs: list[TensorType]) -> TensorType:
+        (x,) = xs
+        self.needs_rank(x, (2,), "a sequence (steps, features)")
+        steps = x.shape[0]
+        return TensorType((steps, self.units) if self.return_sequences else (self.units,))
+
+    def bias(self, xs: list[TensorType]) -> Variable:
+        raise NotImplementedError
+
+    def variables(self, xs: list[TensorType]) -> list[Variable]:
+        width = self.gates * self.units
+        return [
+            kernel("kernel", (xs[0].shape[-1], width)),
+            Variable("recurrent_kernel", (self.units, width), "orthogonal", decays=True),
+            self.bias(xs),
+        ]
+
+    def flops(self, xs: list[TensorType], out: TensorType) -> int:
+        steps, features = xs[0].shape
+        matmuls = 2 * (features + self.units) * self.gates * self.units
+        return steps * (matmuls + 4 * self.gates * self.units)  # + the gates' arithmetic
+
+    # -- PyTorch --------------------------------------------------------------------------
+    def input_bias(self, bias: Any) -> Any:
+        """The bias added to the projected inputs."""
+        raise NotImplementedError
+
+    def cell(self, t: Any, projected: Any, state: tuple[Any, ...], w: list[Any]) -> tuple:
+        """One step: the new state (hidden first) from this step's projected input."""
+        raise NotImplementedError
+
+    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+        x = xs[0]
+        projected = t.torch.matmul(x, w[0]) + self.input_bias(w[2])  # (N, steps, gates*units)
+        zeros = projected.new_zeros((x.shape[0], self.units))
+        state: tuple[Any, ...] = (zeros,) * self.states
+        outputs = []
+        for step in range(x.shape[1]):
+            state = self.cell(t, projected[:, step], state, w)
+            outputs.append(state[0])
+        return t.torch.stack(outputs, 1) if self.return_sequences else outputs[-1]
+
+    # -- Keras and ONNX -------------------------------------------------------------------
+    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+        layer = getattr(k.layers, self.keras_class)
+        # Not cuDNN's kernel: XLA cannot compile it (no CudnnRNNV3 kernel for XLA_GPU_JIT, as
+        # keras-team/keras#18456 reports), and the back-end's step is XLA-compiled; the plain
+        # loop is also what PyTorch computes here.
+        return layer(self.units, return_sequences=self.return_sequences, use_cudnn=False)
+
+    def onnx_weights(self, w: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """W [1, gates*u, in], R [1, gates*u, u], B [1, 2*gates*u] in ONNX's gate order."""
+        raise NotImplementedError
+
+    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+        arrays = (np.ascontiguousarray(a, np.float32) for a in self.onnx_weights(w))
+        weights = [g.const(a, name) for a, name in zip(arrays, "WRB", strict=True)]
+        x = g.op("Transpose", [xs[0]], perm=[1, 0, 2])  # ONNX is time-major: (steps, N, in)
+        y = g.op(self.onnx_op, [x, *weights], hidden_size=self.units, **self.onnx_attrs)
+        # y: (steps, directions = 1, N, units)
+        if self.return_sequences:
+            steps = g.op("Squeeze", [y, g.const(np.array([1], np.int64), "axes")])
+            return g.op("Transpose", [steps], perm=[1, 0, 2])
+        last_step = np.array(types[0].shape[0] - 1, np.int64)
+        last = g.op("Gather", [y, g.const(last_step, "last_step")], axis=0)  # (1, N, units)
+        return g.op("Squeeze", [last, g.const(np.array([0], np.int64), "axes")])
