@@ -115,8 +115,8 @@ def _store(
         return None, public(session, earlier)
     _check_quota(session, key)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
-    check_job_fits(session, spec)  # and the job must fit in a worker's memory and disk
-    disk = disk_estimate(session, spec)  # reserved in the key's storage quota until it ran
+    check_job_fits(session, key, spec)  # and the job must fit in a worker's memory and disk
+    disk = disk_estimate(session, spec, key)  # reserved in the key's storage quota until it ran
     if why := datasets.over_quota(session, key.id, disk or 0, "this job's files need"):
         raise HTTPException(507, why)
     try:
