@@ -36,7 +36,9 @@ def _labels(n: int) -> bytes:
     return buffer.getvalue()
 
 
-def member_bomb(method: int, expanded: int, descr: str = "|u1", shape: tuple[int, ...] = (4, 4)) -> bytes:
+def member_bomb(
+    method: int, expanded: int, descr: str = "|u1", shape: tuple[int, ...] = (4, 4)
+) -> bytes:
     """An .npz whose x.npy header promises `shape` of `descr`, followed by `expanded` zero bytes
     compressed with `method` (bzip2 and LZMA: a few hundred bytes to KB for hundreds of MB)."""
     buffer = io.BytesIO()
@@ -63,7 +65,23 @@ def directory_flood(entries: int) -> bytes:
     local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0) + name
     central = [
         struct.pack(
-            "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0, 0,
+            "<4s6H3L5H2L",
+            b"PK\x01\x02",
+            20,
+            20,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            len(name),
+            0,
+            0,
+            0,
+            0,
+            0,
             i * len(local),
         )  # fmt: skip
         + name

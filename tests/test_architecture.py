@@ -28,10 +28,11 @@ def test_api_process_never_loads_a_framework_or_the_worker() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
-def test_states_and_file_layout_load_nothing_but_the_stdlib() -> None:
+def test_states_file_layout_ids_and_metric_row_load_nothing_but_the_stdlib() -> None:
     # The training core and the client-free tools import these; they must stay this light.
     code = (
-        "import sys, app.domain.states, app.domain.job_files; "
+        "import sys, app.domain.states, app.domain.job_files, app.schemas.ids, "
+        "app.schemas.metric_row; "
         "bad = [m for m in ('sqlalchemy', 'pydantic', 'numpy', 'fastapi') if m in sys.modules]; "
         "assert not bad, bad"
     )

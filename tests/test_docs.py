@@ -9,12 +9,29 @@ from pathlib import Path
 
 import pytest
 
-from app.schemas.job_spec import JobSpec
+from app.schemas.graph import OPS
+from app.schemas.job_spec import JobSpec, built_model, input_shape_and_classes, model_input
 from epochal_client.cli import load_spec
 from tools.spec_reference import rewrite
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# Ops of issue 24 that land in modules of their own; an example using one is checked once its
+# module is registered (any other unknown op in an example is a mistake).
+PENDING_OPS = {"embedding", "lstm", "gru", "transformer_encoder"}
+
+
+def unregistered_ops(path: Path) -> list[str]:
+    """The ops an example's graph uses that app/schemas/graph/ops does not register (yet)."""
+    model = load_spec(path, []).get("model") or {}
+    layers = model.get("layers", []) if model.get("type") == "graph" else []
+    missing = sorted({layer["op"] for layer in layers} - set(OPS))
+    assert set(missing) <= PENDING_OPS, f"{path.name}: no such op {missing}"
+    return missing
+
+
+def checkable(paths: list[Path]) -> list[Path]:
+    return [path for path in paths if not unregistered_ops(path)]
 
 
 def test_readme_references_match_the_schema_and_the_cli() -> None:
@@ -33,9 +50,13 @@ def test_a_changed_schema_is_caught() -> None:
 
 
 def test_there_is_an_example_for_each_kind_of_run() -> None:
-    specs = [JobSpec.model_validate(load_spec(path, [])) for path in EXAMPLES]
+    specs = [JobSpec.model_validate(load_spec(path, [])) for path in checkable(EXAMPLES)]
     assert {s.framework for s in specs} == {"pytorch", "tensorflow"}
     assert any(s.model.type == "cnn" for s in specs)
+    graphs = [s.model for s in specs if s.model.type == "graph"]
+    assert any({"add", "batch_norm", "global_avg_pool"} <= {x.op for x in g.layers} for g in graphs)
+    names = {path.name for path in EXAMPLES}
+    assert {"lstm-rows-fashion-mnist.yaml", "transformer-rows-fashion-mnist.yaml"} <= names
     assert any(s.task == "regression" for s in specs)
     assert any(s.resources.replica_count == 2 for s in specs)
     assert any(s.early_stopping and s.regularization.l2 for s in specs)
@@ -44,7 +65,22 @@ def test_there_is_an_example_for_each_kind_of_run() -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_is_a_valid_spec(path: Path) -> None:
+    if missing := unregistered_ops(path):
+        pytest.skip(f"{path.name} uses op {', '.join(missing)}, not in app/schemas/graph/ops yet")
     JobSpec.model_validate(load_spec(path, []))
+
+
+def test_readmes_graph_section_lists_every_op_and_the_worked_examples_numbers() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## The model graph\n", 1)[1].split("\n## ", 1)[0]
+    assert not [op for op in OPS if f"| `{op}` |" not in section], "an op missing from the table"
+    spec = JobSpec.model_validate(load_spec(ROOT / "examples" / "residual-fashion-mnist.yaml", []))
+    shape, classes = input_shape_and_classes(spec) or ((), 0)
+    model = built_model(spec, model_input(spec, shape), classes)
+    assert f'"parameters": {model.parameters}' in section  # the model_summary shown is current
+    assert f'"flops_per_sample": {model.flops_per_sample}' in section
+    for path in ("residual-fashion-mnist", "lstm-rows-fashion-mnist", "transformer-rows"):
+        assert f"examples/{path}" in section
 
 
 def test_deploy_guide_covers_the_production_topics() -> None:

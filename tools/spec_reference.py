@@ -1,4 +1,5 @@
-"""README's generated sections: the job spec reference (from the Pydantic schema) and the CLI one.
+"""README's generated sections: the job spec reference (from the Pydantic schema, every graph
+op and its fields included) and the CLI one.
 
 python -m tools.spec_reference          rewrite the marked sections of README.md
 python -m tools.spec_reference --check  exit 1 if README.md is out of date (tests run this)
@@ -17,6 +18,7 @@ import typer
 from pydantic import BaseModel
 
 from app.schemas import job_spec
+from app.schemas.graph import OPS, Op
 from app.schemas.job_spec import JobSpec
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -35,11 +37,18 @@ BOUNDS = {
 }
 
 
+# The ops by their schema names (class names), and the fields every layer has.
+OP_OF_SCHEMA = {cls.__name__: name for name, cls in OPS.items()}
+LAYER_FIELDS = tuple(Op.model_fields)
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _anchor(name: str) -> str:
+    if name in OP_OF_SCHEMA:
+        return f"[{OP_OF_SCHEMA[name]}](#op-{OP_OF_SCHEMA[name]})"
     return f"[{name}](#{name.lower()})"
 
 
@@ -88,20 +97,39 @@ def _default(model: type[BaseModel] | None, field: str, prop: dict[str, Any]) ->
     return f"`{json.dumps(prop.get('default'))}`"
 
 
-def _section(name: str, schema: dict[str, Any]) -> Iterator[str]:
-    model = getattr(job_spec, name, None)
+def _section(
+    name: str, schema: dict[str, Any], title: str = "", skip: tuple[str, ...] = ()
+) -> Iterator[str]:
+    model = OPS.get(OP_OF_SCHEMA.get(name, "")) or getattr(job_spec, name, None)
     required = set(schema.get("required", []))
-    yield f"#### {name}\n"
+    rows = [(f, p) for f, p in schema.get("properties", {}).items() if f not in skip]
+    yield f"#### {title or name}\n"
     if schema.get("description"):
         yield f"{_cell(schema['description'])}\n"
+    if not rows:
+        yield "No fields besides `name`, `op` and `inputs`.\n"
+        return
     yield "| field | type | default | bounds | meaning |"
     yield "|---|---|---|---|---|"
-    for field, prop in schema.get("properties", {}).items():
+    for field, prop in rows:
         default = "required" if field in required else _default(model, field, prop)
         bounds = ", ".join(_bounds(prop))
         row = [f"`{field}`", _type(prop), default, bounds, prop.get("description", "")]
         yield "| " + " | ".join(_cell(str(c)) for c in row) + " |"
     yield ""
+
+
+def _op_sections(defs: dict[str, Any]) -> Iterator[str]:
+    """The fields every layer has, then each op's own (its `inputs` only where they differ)."""
+    common = Op.model_json_schema()
+    common["description"] = "Every layer of a graph has these; each op below adds its own."
+    yield from _section("Op", common, "Layer fields")
+    inputs = common["properties"]["inputs"]
+    for op, cls in OPS.items():
+        schema = defs[cls.__name__]
+        own_inputs = schema["properties"].get("inputs") != inputs
+        skip = tuple(f for f in LAYER_FIELDS if f != "inputs" or not own_inputs)
+        yield from _section(cls.__name__, schema, f"op `{op}`", skip)
 
 
 def spec_reference() -> str:
@@ -116,8 +144,9 @@ def spec_reference() -> str:
                 queue.append(defs[ref])
     lines = ["Generated from the Pydantic schema; `/docs` shows the same with examples.\n"]
     for name in order:
-        body = schema if name == "JobSpec" else defs[name]
-        lines += _section(name, body)
+        if name not in OP_OF_SCHEMA:
+            lines += _section(name, schema if name == "JobSpec" else defs[name])
+    lines += _op_sections(defs)
     return "\n".join(lines).rstrip() + "\n"
 
 

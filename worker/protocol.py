@@ -1,6 +1,7 @@
 """The supervisor<->child contract, in one place for both sides: how the child is started (argv,
-environment), how it is asked to stop (a signal plus a file naming why), how it reports (an
-outcome file per attempt, exit codes), and which failure codes a new attempt could fix.
+environment, a warm child's assignment), how it is asked to stop (a signal plus a file naming
+why), how it reports (an outcome file per attempt, exit codes), how an attempt that stopped
+early ended (STOPPED), and which failure codes a new attempt could fix.
 
 Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them all):
 - retried within max_restarts: worker_lost (lease expired / supervisor gone), infrastructure
@@ -46,6 +47,16 @@ RETRYABLE = frozenset(
     }
 )
 
+
+# How an attempt that stopped before its last epoch ended, by why it stopped: the status and
+# error code, whoever finds out (the child at a step boundary; the supervisor from how a
+# stopping child died, or from a runtime that earlier attempts used up).
+STOPPED = {
+    StopReason.cancelled: (JobStatus.cancelled, None),
+    StopReason.timeout: (JobStatus.failed, ErrorCode.timeout),
+    StopReason.shutdown: (JobStatus.failed, ErrorCode.worker_shutdown),
+    StopReason.non_finite_loss: (JobStatus.failed, ErrorCode.non_finite_loss),
+}
 
 FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -96,6 +107,13 @@ class Outcome:
         return cls(JobStatus.failed, stop_reason, error_code=code, error=message)
 
     @classmethod
+    def stopped(cls, reason: StopReason, error: str | None) -> Outcome:
+        """An attempt that stopped early for `reason` (STOPPED); `error` says what happened
+        (None for a cancel that stopped cleanly: nothing went wrong)."""
+        status, code = STOPPED[reason]
+        return cls(status, reason, error_code=code, error=error)
+
+    @classmethod
     def disk_full(cls, exc: BaseException) -> Outcome:
         message = f"the worker's disk is full: {exc}; the last good checkpoint is kept"
         return cls.failure(ErrorCode.disk_full, message, StopReason.disk_full)
@@ -128,6 +146,23 @@ def child_argv(job_id: str, attempt: int, rank: int | None = None) -> list[str]:
 def standby_argv(framework: str) -> list[str]:
     """The command line of a warm child that imports `framework` and waits for a job."""
     return [sys.executable, "-m", CHILD_MODULE, "--standby", framework]
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The one job a warm child is handed: a JSON line on its stdin (`sent_at`: wall time)."""
+
+    job_id: str
+    attempt: int
+    sent_at: float
+
+    def encode(self) -> bytes:
+        return (json.dumps(asdict(self)) + "\n").encode()
+
+    @classmethod
+    def decode(cls, line: str | bytes) -> Assignment:
+        message = json.loads(line)
+        return cls(str(message["job_id"]), int(message["attempt"]), float(message["sent_at"]))
 
 
 def stop_request_path(workdir: Path, attempt: int) -> Path:

@@ -19,7 +19,8 @@ from app.core.db import DB_SLOTS, session_factory
 from app.domain import crud, datasets
 from app.domain.admission import admission_errors, sweep_admission_errors
 from app.domain.keys import KEY_ROW, KEYS, Caller, split
-from app.domain.tables import ID_CHARS, Job
+from app.domain.tables import Job
+from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 
@@ -113,7 +114,7 @@ def may_see(key: Caller, owner_id: str | None) -> bool:
 
 
 # Job ids are UUIDs: anything else (a NUL byte would make PostgreSQL fail) is a 422.
-JobId = Annotated[str, Path(max_length=64, pattern=ID_CHARS)]
+JobId = Annotated[str, Path(max_length=ID_MAX_LENGTH, pattern=ID_CHARS)]
 
 
 def get_job_or_404(session: SessionDep, key: CurrentKey, job_id: JobId) -> Job:

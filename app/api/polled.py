@@ -25,7 +25,7 @@ from app.core.async_db import fetch
 from app.domain import job_reads
 from app.domain.keys import KEYS, Caller, split
 from app.domain.states import JobStatus
-from app.domain.tables import ID_PATTERN
+from app.schemas.ids import ID_PART
 from app.schemas.job_spec import FRAMEWORKS
 
 METRICS_ROUTE = "/v1/jobs/{job_id}/metrics"
@@ -40,9 +40,9 @@ CURSOR_MAX_CHARS = 512
 FRAMEWORK_NAMES = frozenset(FRAMEWORKS)
 STATUSES = frozenset(status.value for status in JobStatus)
 # Matched whole (fullmatch: a `$` would let a trailing newline through).
-METRICS_PATH = re.compile(r"/v1/jobs/([A-Za-z0-9-]{1,64})/metrics")
+METRICS_PATH = re.compile(f"/v1/jobs/({ID_PART})/metrics")
 DIGITS = re.compile(r"[0-9]{1,7}")
-ID = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))
+ID = re.compile(ID_PART)
 
 
 async def metrics_content(

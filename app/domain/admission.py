@@ -24,6 +24,7 @@ from app.domain.cost import (
     builtin_data,
     estimate,
     gigabytes,
+    graph_of,
     host_memory_bytes,
     itemsize_of,
     memory_fields,
@@ -32,6 +33,7 @@ from app.domain.datasets import get_visible
 from app.domain.keys import Caller
 from app.domain.sweep_space import set_path, space_edges
 from app.domain.tables import Dataset, Worker, utcnow
+from app.schemas.graph import GraphError
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 
@@ -40,7 +42,7 @@ class Lookups:
     """The rows admission reads for one caller, each read once: a sweep checks up to a
     thousand specs, which share a few data sets and GPU counts."""
 
-    def __init__(self, session: Session, key: Caller) -> None:
+    def __init__(self, session: Session, key: Caller | None) -> None:
         self.session, self.key = session, key
         self._data: dict[str, DataShape | None] = {}
         self._capacity: dict[int, tuple[int | None, int | None]] = {}
@@ -53,7 +55,11 @@ class Lookups:
         if known is not None or dataset_id is None:
             return known
         if dataset_id not in self._data:
-            row = get_visible(self.session, dataset_id, self.key)
+            row = (  # no key: a job of no owner, stored by the service itself
+                self.session.get(Dataset, dataset_id)
+                if self.key is None
+                else get_visible(self.session, dataset_id, self.key)
+            )
             self._data[dataset_id] = None if row is None else _shape_of(row)
         return self._data[dataset_id]
 
@@ -72,6 +78,17 @@ def _shape_of(row: Dataset) -> DataShape:
 def data_of(session: Session, spec: JobSpec, key: Caller) -> DataShape | None:
     """What the job loads, from the spec or its upload's row (None: no upload `key` may use)."""
     return Lookups(session, key).data(spec)
+
+
+def model_summary(session: Session, spec: JobSpec, key: Caller | None) -> dict[str, Any] | None:
+    """The job's built model as the job resource shows it: parameters, FLOPs per sample and
+    each layer's output shape and parameters, head included (None while the data is unknown
+    or when the model does not fit it)."""
+    data = data_of(session, spec, key)
+    try:
+        return None if data is None else graph_of(spec, data).summary()
+    except GraphError:  # the submit checks refuse such a job first; never fail a store for it
+        return None
 
 
 def worker_capacity(session: Session, gpus: int) -> tuple[int | None, int | None]:

@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.schemas.job_spec import BUILTIN_SHAPES, CNNSpec, JobSpec, MLPSpec, count_parameters
+from app.schemas.graph import BuiltGraph
+from app.schemas.job_spec import BUILTIN_SHAPES, JobSpec, built_model, model_input
 
 FLOAT32 = 4
 RUNTIME_BYTES = 512 * 2**20  # the framework's own libraries and allocator, per process
@@ -55,6 +56,7 @@ class Cost:
     activation_bytes: int
     processes: int
     disk_bytes: int
+    parameters: int  # trainable, as the job's model_summary counts them
 
     @property
     def memory_bytes(self) -> int:
@@ -87,40 +89,33 @@ def builtin_data(spec: JobSpec) -> DataShape | None:
     return None
 
 
+def graph_of(spec: JobSpec, data: DataShape) -> BuiltGraph:
+    """The job's model built for its data (head included): what the estimate costs and what
+    the job resource summarizes (GraphError when it does not fit)."""
+    return built_model(spec, model_input(spec, data.sample_shape), data.outputs)
+
+
 def estimate(spec: JobSpec, data: DataShape) -> Cost:
     """Peak host memory and disk of the job `spec` over `data`."""
     values = (data.samples + data.test_samples) * math.prod(data.sample_shape)
     labels = (data.samples + data.test_samples) * 8  # int64 classes or float targets
     data_bytes = values * (data.itemsize + FLOAT32) + labels
-    params = count_parameters(spec.model, data.sample_shape, data.outputs)
+    graph = graph_of(spec, data)
+    params = graph.parameters
     slots = OPTIMIZER_SLOTS.get(spec.optimizer.name, 1 if spec.optimizer.momentum else 0)
     state = params * slots * FLOAT32
     model_bytes = 2 * params * FLOAT32 + state  # weights and gradients, then the state
     replicas = spec.resources.replica_count
     batch = spec.training.batch_size // replicas
-    activation_bytes = 2 * batch * _activations_per_sample(spec.model, data) * FLOAT32
+    # every node's output, kept for the backward pass, and its gradient
+    activation_bytes = 2 * batch * graph.activations_per_sample * FLOAT32
     ddp = spec.framework == "pytorch" and replicas > 1
     if not ddp:  # one process holds every replica's model and batch
         model_bytes, activation_bytes = model_bytes * replicas, activation_bytes * replicas
     checkpoint = params * FLOAT32 + state
     disk = CHECKPOINTS_KEPT * checkpoint + 2 * params * FLOAT32  # + the model and model.onnx
-    return Cost(data_bytes, model_bytes, activation_bytes, replicas if ddp else 1, disk)
-
-
-def _activations_per_sample(model: MLPSpec | CNNSpec, data: DataShape) -> int:
-    """Values one sample produces through the layers (input, each layer's output)."""
-    shape = data.sample_shape
-    if isinstance(model, MLPSpec):
-        widths = [math.prod(shape), *model.hidden_units, data.outputs]
-        return sum(widths) * (2 if model.batch_norm or model.dropout else 1)
-    height, width = (shape + (1, 1))[:2]
-    total = math.prod(shape)
-    for channels in model.conv_channels:
-        total += 2 * height * width * channels  # the conv output and its activation
-        if model.pool != "none":
-            height, width = height // 2, width // 2
-            total += height * width * channels
-    return total + sum(model.dense_units) + data.outputs
+    processes = replicas if ddp else 1
+    return Cost(data_bytes, model_bytes, activation_bytes, processes, disk, params)
 
 
 def memory_fields(spec: JobSpec, cost: Cost) -> list[str]:

@@ -14,8 +14,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from app.domain.admission import model_summary
 from app.domain.datasets import lock_owner
 from app.domain.job_reads import page_query
+from app.domain.keys import caller_of
 from app.domain.paging import encode_cursor
 from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, JobTransition, Worker, utcnow
@@ -36,9 +38,13 @@ def create_job(
     request_hash: str | None = None,
     disk_bytes: int | None = None,
 ) -> Job:
-    """Store a new queued job (the caller commits before it is sent to the broker)."""
+    """Store a new queued job (the caller commits before it is sent to the broker), with its
+    model's summary for the data it names."""
     job = Job(
         disk_bytes=disk_bytes,
+        model_summary=model_summary(
+            session, spec, caller_of(session, owner_id) if owner_id else None
+        ),
         owner_id=owner_id,
         idempotency_key=idempotency_key,
         request_hash=request_hash,

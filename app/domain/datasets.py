@@ -15,7 +15,7 @@ from app.domain.keys import Caller
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.sweep_space import edge_values, set_path
 from app.domain.tables import ApiKey, Dataset, Job
-from app.schemas.job_spec import JobSpec, check_model_for_data
+from app.schemas.job_spec import JobSpec, check_model_for_data, model_input
 from app.schemas.sweep import SweepSpec
 
 UNFINISHED = (JobStatus.queued, *ACTIVE)
@@ -65,7 +65,7 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
             f"{dataset_id} was uploaded for {row.task}"
         )
     try:
-        check_model_for_data(spec.model, tuple(row.shape), row.classes or 1)
+        check_model_for_data(spec, model_input(spec, tuple(row.shape)), row.classes or 1)
     except ValueError as exc:
         return str(exc)
     return None

@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from app.domain.epoch_stats import count_epoch
 from app.domain.states import ACTIVE
-from app.domain.tables import METRIC_FIELDS, EpochMetric, Job, utcnow
+from app.domain.tables import EpochMetric, Job, utcnow
+from app.schemas.metric_row import METRIC_FIELDS
 
 
 def clean(value: Any) -> float | None:

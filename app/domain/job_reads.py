@@ -13,19 +13,20 @@ from sqlalchemy import Integer, Select, String, Text, and_, bindparam, cast, sel
 
 from app.domain.paging import cursor_after, decode_cursor
 from app.domain.tables import EpochMetric, Job, UTCDateTime
-from app.schemas.api import JobSummary, MetricRow
+from app.schemas.api import JobSummary
+from app.schemas.metric_row import ROW_FIELDS
 
 # A job in a list, as app.schemas.api.JobSummary orders it: columns of the job, and `epochs`
-# and `tags` from its spec. The spec comes as text, parsed here by orjson: PostgreSQL's JSON
-# operators fail on a whole document when one of its strings holds an escaped NUL (a tag may).
+# and `tags` from its spec. The JSON columns come as text, parsed here by orjson: PostgreSQL's
+# JSON operators fail on a whole document when one of its strings holds an escaped NUL (a tag
+# may), and asyncpg hands JSON over as text anyway.
 SUMMARY_FIELDS = tuple(JobSummary.model_fields)
 FROM_SPEC = ("epochs", "tags")
+AS_TEXT = ("model_summary", "spec")  # read last, in this order
 SUMMARY_COLUMNS = (
-    *(name for name in SUMMARY_FIELDS if name not in FROM_SPEC),
-    "spec",
+    *(name for name in SUMMARY_FIELDS if name not in FROM_SPEC + AS_TEXT),
+    *AS_TEXT,
 )
-# A metrics row as served, in its order.
-ROW_FIELDS = tuple(MetricRow.model_fields)
 # The filters of a job list, each an equality on the column of the same name.
 FILTERS = ("owner_id", "status", "framework", "sweep_id")
 Row = Sequence[Any]
@@ -38,8 +39,9 @@ def page_statement(entity: Any, filters: frozenset[str], after: bool) -> Select[
 
     `entity` is Job (ORM rows) or None (the summary columns)."""
     if entity is None:
-        columns = [getattr(Job, name) for name in SUMMARY_COLUMNS[:-1]]
-        query = select(*columns, cast(Job.spec, Text).label("spec"))
+        columns = [getattr(Job, name) for name in SUMMARY_COLUMNS[: -len(AS_TEXT)]]
+        texts = [cast(getattr(Job, name), Text).label(name) for name in AS_TEXT]
+        query = select(*columns, *texts)
     else:
         query = select(entity)
     query = query.order_by(Job.created_at.desc(), Job.id.desc())
@@ -79,6 +81,8 @@ def summaries(rows: list[Row], limit: int) -> tuple[list[dict[str, Any]], str | 
 def _summary(row: Row) -> dict[str, Any]:
     values = dict(zip(SUMMARY_COLUMNS, row, strict=True))
     spec = orjson.loads(values.pop("spec"))
+    if values["model_summary"] is not None:
+        values["model_summary"] = orjson.loads(values["model_summary"])
     values["epochs"], values["tags"] = spec["training"]["epochs"], spec.get("tags") or {}
     return {name: values[name] for name in SUMMARY_FIELDS}
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from datetime import datetime
 from typing import Protocol
 
-from app.domain.tables import ID_PATTERN
+from app.schemas.ids import is_id
 
 
 class Paged(Protocol):
@@ -35,7 +34,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created, job_id = json.loads(raw)
         at = datetime.fromisoformat(created)
-        if at.tzinfo is None or not isinstance(job_id, str) or not re.fullmatch(ID_PATTERN, job_id):
+        if at.tzinfo is None or not is_id(job_id):
             raise ValueError(job_id)  # a NUL or surrogate in the id would be a 500 on PostgreSQL
         return at, job_id
     except Exception as exc:  # any malformed input is the client's mistake

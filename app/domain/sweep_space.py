@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from app.schemas.job_spec import JobSpec, monitor_names
+from app.schemas.metric_row import monitored
 from app.schemas.sweep import (
     CategoricalDist,
     Distribution,
@@ -52,32 +53,88 @@ def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
             yield from _models_in(arg)
 
 
+def _items_in(annotation: Any) -> Iterator[Any]:
+    """The item types of the lists an annotation can hold (through unions and Annotated)."""
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        yield typing.get_args(annotation)[0]
+    elif origin is typing.Annotated:
+        yield from _items_in(typing.get_args(annotation)[0])
+    elif origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            yield from _items_in(arg)
+
+
 def path_exists(path: str, model: type[BaseModel] = JobSpec) -> bool:
-    """Whether `a.b.c` names a field of the job spec (any member of a union counts)."""
+    """Whether `a.b.c` names a field of the job spec (any member of a union counts; a number
+    indexes a list: model.layers.3.filters)."""
     head, _, rest = path.partition(".")
     field = model.model_fields.get(head)
-    if field is None:
-        return False
+    return field is not None and _reaches(rest, field.annotation)
+
+
+def _reaches(rest: str, annotation: Any) -> bool:
     if not rest:
         return True
-    return any(path_exists(rest, sub) for sub in _models_in(field.annotation))
+    head, _, tail = rest.partition(".")
+    if head.isdigit():
+        return any(_reaches(tail, item) for item in _items_in(annotation))
+    return any(path_exists(rest, sub) for sub in _models_in(annotation))
 
 
-def _put(node: dict[str, Any], path: str, value: Any) -> None:
-    """Set `value` at the dotted path in place (missing or null sections made)."""
-    *parents, leaf = path.split(".")
-    for part in parents:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    node[leaf] = copy.deepcopy(value)
+class PathError(ValueError):
+    """A path that indexes past the end of a list, or into something that is not one."""
+
+
+def _put(node: Any, path: str, value: Any) -> None:
+    """Set `value` at the dotted path in place (missing or null sections made; a number
+    indexes an existing list, else PathError)."""
+    parts = path.split(".")
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if part.isdigit() or isinstance(node, list):
+            key: Any = _index(node, part, ".".join(parts[:depth]))
+        else:
+            key = part
+            if not last and not isinstance(node.get(part), dict | list):
+                node[part] = {}
+        if last:
+            node[key] = copy.deepcopy(value)
+        else:
+            node = node[key]
 
 
 def set_path(spec: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of spec with `value` at the dotted path (missing or null sections made)."""
+    """A copy of spec with `value` at the dotted path (missing or null sections made; a number
+    indexes an existing list, else PathError)."""
     out = copy.deepcopy(dict(spec))
     _put(out, path, value)
     return out
+
+
+def _index(node: Any, part: str, where: str) -> int:
+    if not isinstance(node, list):
+        raise PathError(f"{where} is not a list in the base spec, so {part} indexes nothing")
+    if not part.isdigit():
+        raise PathError(f"{where} is a list; index it with a number, not {part!r}")
+    if int(part) >= len(node):
+        raise PathError(
+            f"{where} has {len(node)} entries (0 to {len(node) - 1}); there is no entry {part}"
+        )
+    return int(part)
+
+
+def value_at(spec: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path of a spec (numbers index lists); None where there is none."""
+    node: Any = spec
+    for part in path.split("."):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict):
+            node = node.get(part)
+        else:
+            return None
+    return node
 
 
 def apply_params(base: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,11 +207,30 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _invalid(base: dict[str, Any], params: Mapping[str, Any]) -> str | None:
+    """Why the spec these values make is not a job, or None when it is one."""
+    try:
+        return _rejection(apply_params(base, params))
+    except PathError as exc:  # a parent's value (a whole graph) lacks the indexed entry
+        return str(exc)
+
+
+def _path_errors(base: dict[str, Any], space: Mapping[str, Distribution]) -> list[dict[str, Any]]:
+    """Each path that indexes an entry the base spec does not have (a node past its last)."""
+    errors = []
+    for path in space:
+        try:
+            set_path(base, path, None)
+        except PathError as exc:
+            errors.append(_error(path, str(exc)))
+    return errors
+
+
 def _each_alone(base: dict[str, Any], edges: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     errors = []
     for path, values in edges.items():
         for value in values:
-            why = _rejection(set_path(base, path, value))
+            why = _invalid(base, {path: value})
             if why is not None:
                 errors.append(
                     _error(path, f"the value {_shown(value)} makes an invalid job: {why}")
@@ -169,7 +245,7 @@ def _combined(base: dict[str, Any], edges: Mapping[str, list[Any]]) -> list[dict
         return []
     for values in itertools.product(*(edges[p] for p in paths)):
         params = dict(zip(paths, values, strict=True))
-        why = _rejection(apply_params(base, params))
+        why = _invalid(base, params)
         if why is not None:
             together = ", ".join(f"{p}={_shown(v)}" for p, v in params.items())
             return [
@@ -190,7 +266,7 @@ def _product_size(sizes: list[int], cap: int = GRID_LIMIT) -> int:
 
 def _objective_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
     metric = sweep.objective.metric
-    recorded = {f"train_{m}" if not m.startswith("val_") else m for m in monitor_names(sweep.base)}
+    recorded = {monitored(m) for m in monitor_names(sweep.base)}  # as metrics-row fields
     if metric not in recorded:
         msg = f"{metric} is not recorded for the base job; choose one of {sorted(recorded)}"
         return [_error("metric", msg, "objective")]
@@ -225,6 +301,8 @@ def space_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
         )
         return errors + [_error(p, msg) for p in sweep.parameters]
     base = sweep.base.model_dump(mode="json")
+    if missing := _path_errors(base, sweep.parameters):
+        return missing
     errors = _each_alone(base, edges) + _objective_errors(sweep) + errors
     return errors or _combined(base, edges)
 

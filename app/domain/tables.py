@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +23,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.domain.states import JobStatus, SweepStatus
+from app.schemas.ids import new_id
+from app.schemas.metric_row import METRIC_FIELDS
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -36,16 +37,6 @@ NAMING = {
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def new_id() -> str:
-    return str(uuid.uuid4())
-
-
-# What an id of a job, sweep or upload may look like (ours are UUIDs); refuse anything else
-# before it reaches a query (PostgreSQL answers a NUL in text with an error, not "no row").
-ID_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
-ID_CHARS = r"^[A-Za-z0-9-]+$"  # the same, for FastAPI parameters that bound the length apart
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -108,6 +99,9 @@ class Job(Base):
     # Its artifacts in its key's storage quota: the estimate reserved at submit, then what its
     # directory holds once an attempt ends (migration 0006).
     disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # The built model's summary (parameters, FLOPs, layers with shapes), from its spec and its
+    # data's sample shape at submit; null for jobs stored before migration 0007.
+    model_summary: Mapped[dict[str, Any] | None]
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),
@@ -152,23 +146,21 @@ class JobTransition(Base):
 
 
 class EpochMetric(Base):
-    """One row per (job, epoch); an upsert, so a resumed attempt replaces, never doubles."""
+    """One row per (job, epoch); an upsert, so a resumed attempt replaces, never doubles.
+
+    Beside its keys, one nullable float column per app.schemas.metric_row.METRIC_FIELDS name,
+    added below the class (getattr(EpochMetric, name) reads one)."""
 
     __tablename__ = "epoch_metric"
 
     job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
     epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer)
-    train_loss: Mapped[float | None] = mapped_column(Float)
-    train_accuracy: Mapped[float | None] = mapped_column(Float)
-    train_mae: Mapped[float | None] = mapped_column(Float)
-    val_loss: Mapped[float | None] = mapped_column(Float)
-    val_accuracy: Mapped[float | None] = mapped_column(Float)
-    val_mae: Mapped[float | None] = mapped_column(Float)
-    learning_rate: Mapped[float | None] = mapped_column(Float)
-    epoch_seconds: Mapped[float | None] = mapped_column(Float)
-    samples_per_second: Mapped[float | None] = mapped_column(Float)
     recorded_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+for _name in METRIC_FIELDS:
+    setattr(EpochMetric, _name, mapped_column(_name, Float, nullable=True))
 
 
 class ApiKey(Base):
@@ -232,16 +224,3 @@ class Worker(Base):
     # What the worker can give one job (admission compares a job's estimated cost with these).
     memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     disk_free_bytes: Mapped[int | None] = mapped_column(BigInteger)
-
-
-METRIC_FIELDS = (
-    "train_loss",
-    "train_accuracy",
-    "train_mae",
-    "val_loss",
-    "val_accuracy",
-    "val_mae",
-    "learning_rate",
-    "epoch_seconds",
-    "samples_per_second",
-)

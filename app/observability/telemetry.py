@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.log_setup import job_context
+from app.schemas.ids import ID_PART
 
 log = logging.getLogger("epochal.access")
 LOCAL = CollectorRegistry(auto_describe=True)
@@ -42,9 +43,9 @@ EVENT_POLLS = Counter(
     "Database reads made by the SSE poller (one per interval, however many streams).",
     registry=LOCAL,
 )
-JOB_PATH = re.compile(r"^/v1/jobs/([A-Za-z0-9-]{1,64})(?:/|$)")
+JOB_PATH = re.compile(f"^/v1/jobs/({ID_PART})(?:/|$)")
 # A submit's path has no id yet; its answer (JobPublic) starts with it.
-JOB_IN_BODY = re.compile(rb'^\{"id":"([A-Za-z0-9-]{1,64})"')
+JOB_IN_BODY = re.compile(rb'^\{"id":"(' + ID_PART.encode() + rb')"')
 
 
 def escaped(text: str) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from app.schemas.metric_row import METRIC_FIELDS
 
 
 class TransitionPublic(BaseModel):
@@ -16,6 +18,29 @@ class TransitionPublic(BaseModel):
     reason: str
     attempt: int
     at: datetime
+
+
+class LayerSummary(BaseModel):
+    """One node of the built model: the user's layers in order, then the head the service adds
+    (`head_flatten` when the graph ends in more than one axis, `head`)."""
+
+    name: str
+    op: str
+    output_shape: list[int] = Field(description="one sample's output, channels last")
+    parameters: int = Field(description="trainable parameters of this node")
+
+
+class ModelSummary(BaseModel):
+    """The job's model as built for its data's sample shape, head included."""
+
+    parameters: int = Field(
+        description="trainable parameters (batch-norm moving statistics are not parameters)"
+    )
+    flops_per_sample: int = Field(description="one sample's forward pass; a multiply-add is 2")
+    layers: list[LayerSummary]
+
+
+MODEL_SUMMARY = "the built model (head included); null for a job stored before summaries"
 
 
 class JobPublic(BaseModel):
@@ -49,6 +74,7 @@ class JobPublic(BaseModel):
     spec: dict[str, Any]
     tags: dict[str, str]
     sweep_id: str | None = Field(None, description="the sweep this job is a trial of")
+    model_summary: ModelSummary | None = Field(None, description=MODEL_SUMMARY)
     transitions: list[TransitionPublic]
 
 
@@ -70,6 +96,7 @@ class JobSummary(BaseModel):
     finished_at: datetime | None
     tags: dict[str, str]
     sweep_id: str | None = None
+    model_summary: ModelSummary | None = Field(None, description=MODEL_SUMMARY)
 
 
 class JobsPublic(BaseModel):
@@ -77,21 +104,14 @@ class JobsPublic(BaseModel):
     next_cursor: str | None = Field(None, description="pass as ?cursor= for the next page")
 
 
-class MetricRow(BaseModel):
-    """One epoch; values that were not finite are null."""
-
-    model_config = ConfigDict(from_attributes=True)
-
-    epoch: int
-    train_loss: float | None
-    train_accuracy: float | None
-    train_mae: float | None
-    val_loss: float | None
-    val_accuracy: float | None
-    val_mae: float | None
-    learning_rate: float | None
-    epoch_seconds: float | None
-    samples_per_second: float | None
+# One epoch: its number, then a nullable float per app.schemas.metric_row.METRIC_FIELDS name.
+MetricRow = create_model(
+    "MetricRow",
+    __doc__="One epoch; values that were not finite are null.",
+    __config__=ConfigDict(from_attributes=True),
+    epoch=(int, ...),
+    **dict.fromkeys(METRIC_FIELDS, (float | None, ...)),
+)
 
 
 class MetricsPublic(BaseModel):

@@ -7,24 +7,34 @@ engine cannot honour is rejected here with a message that says so, never silentl
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
+    ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from app.schemas.graph import (
+    BuiltGraph,
+    CNNSpec,
+    GraphError,
+    GraphSpec,
+    MLPSpec,
+    TensorType,
+    build,
+)
+from app.schemas.strict import StrictModel
 
 Framework = Literal["pytorch", "tensorflow"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)  # the back-ends, for code outside the spec
 Task = Literal["classification", "regression"]
 BuiltinDataset = Literal["fashion_mnist", "mnist", "digits", "synthetic"]
-Activation = Literal["relu", "tanh", "gelu", "sigmoid"]
 Mode = Literal["min", "max", "auto"]
 
 # (input shape, classes) of the built-in data sets; synthetic is sized by its own fields.
@@ -34,11 +44,10 @@ BUILTIN_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
     "digits": ((8, 8), 10),
 }
 MAX_PARAMETERS = 50_000_000
+MAX_FLOPS_PER_SAMPLE = 200_000_000_000
 
 
-class _Spec(BaseModel):
-    # strict: `true` is not an epoch count and "0.1" is not a number; JSON numbers still are.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+_Spec = StrictModel
 
 
 class DatasetSpec(_Spec):
@@ -71,43 +80,6 @@ class DatasetSpec(_Spec):
         return self
 
 
-class MLPSpec(_Spec):
-    """A multilayer perceptron; image inputs are flattened first."""
-
-    type: Literal["mlp"] = "mlp"
-    hidden_units: list[Annotated[int, Field(ge=1, le=8192)]] = Field(
-        default_factory=lambda: [128],
-        max_length=16,
-        description="widths of the hidden Dense layers, in order",
-    )
-    activation: Activation = Field("relu", description="after each hidden layer")
-    dropout: float = Field(0.0, ge=0.0, le=0.9, description="dropout rate after each hidden layer")
-    batch_norm: bool = Field(False, description="batch normalization after each hidden Dense layer")
-
-
-class CNNSpec(_Spec):
-    """Conv blocks (conv, activation, pool) then dense layers; for image data sets."""
-
-    type: Literal["cnn"] = "cnn"
-    conv_channels: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
-        default_factory=lambda: [32, 64],
-        min_length=1,
-        max_length=6,
-        description="one conv block (conv, activation, pool) per entry",
-    )
-    kernel_size: int = Field(3, ge=1, le=11, description="square kernel, 'same' padding")
-    pool: Literal["max", "avg", "none"] = Field(
-        "max", description="2x2 pooling after each conv block"
-    )
-    dense_units: list[Annotated[int, Field(ge=1, le=8192)]] = Field(
-        default_factory=lambda: [128],
-        max_length=8,
-        description="Dense layers after flattening",
-    )
-    activation: Activation = Field("relu", description="after each conv and Dense layer")
-    dropout: float = Field(0.0, ge=0.0, le=0.9, description="dropout rate after each Dense layer")
-
-
 def _model_type(value: Any) -> str:
     """`type` may be left out: an MLP is the default model."""
     if isinstance(value, dict):
@@ -116,7 +88,9 @@ def _model_type(value: Any) -> str:
 
 
 ModelSpec = Annotated[
-    Annotated[MLPSpec, Tag("mlp")] | Annotated[CNNSpec, Tag("cnn")],
+    Annotated[MLPSpec, Tag("mlp")]
+    | Annotated[CNNSpec, Tag("cnn")]
+    | Annotated[GraphSpec, Tag("graph")],
     Discriminator(_model_type),
 ]
 
@@ -302,7 +276,8 @@ class JobSpec(_Spec):
     )
     dataset: DatasetSpec = Field(description="the data, its split and normalization")
     model: ModelSpec = Field(
-        default_factory=MLPSpec, description="mlp or cnn; type defaults to mlp"
+        default_factory=MLPSpec,
+        description="graph (named layers), or the mlp or cnn template; type defaults to mlp",
     )
     training: TrainingSpec = Field(
         default_factory=TrainingSpec, description="epochs, batch, seed, shuffling"
@@ -362,8 +337,6 @@ def _check_task_and_data(spec: JobSpec) -> None:
         raise ValueError(f"task regression needs a synthetic or uploaded data set, not {ds.name}")
     if spec.task == "regression" and ds.classes:
         raise ValueError("dataset.classes does not apply to task regression")
-    if spec.model.type == "cnn" and ds.name == "synthetic":
-        raise ValueError("model cnn needs image data (fashion_mnist, mnist, digits or an upload)")
 
 
 def monitor_names(spec: JobSpec) -> set[str]:
@@ -418,46 +391,60 @@ def input_shape_and_classes(spec: JobSpec) -> tuple[tuple[int, ...], int] | None
     return None
 
 
-def count_parameters(model: MLPSpec | CNNSpec, shape: tuple[int, ...], outputs: int) -> int:
+def model_input(
+    spec: JobSpec, sample_shape: tuple[int, ...], tokens: bool = False, vocab: int | None = None
+) -> TensorType:
+    """What the model's graph reads: one sample, channels last. The built-in image data sets
+    (stored as (H, W)) enter as (H, W, 1); every other data set as it is stored."""
+    if spec.dataset.name in BUILTIN_SHAPES and len(sample_shape) == 2:
+        sample_shape = (*sample_shape, 1)
+    return TensorType(tuple(sample_shape), tokens, vocab)
+
+
+def built_model(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGraph:
+    """The job's model as a graph built for its data (head included); GraphError if not."""
+    return build(spec.model.graph(x), x, outputs)
+
+
+def count_parameters(model: ModelSpec, sample_shape: tuple[int, ...], outputs: int) -> int:
     """Trainable parameters of the model the spec describes (same count in both back-ends)."""
-    if isinstance(model, MLPSpec):
-        widths = [math.prod(shape), *model.hidden_units, outputs]
-        total = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
-        return total + 2 * sum(model.hidden_units) * model.batch_norm
-    height, width = (shape + (1, 1))[:2]
-    channels, total = (shape[2] if len(shape) > 2 else 1), 0
-    for out in model.conv_channels:
-        total += model.kernel_size**2 * channels * out + out
-        channels = out
-        if model.pool != "none":
-            height, width = height // 2, width // 2
-    widths = [height * width * channels, *model.dense_units, outputs]
-    return total + sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+    x = TensorType(tuple(sample_shape))
+    return build(model.graph(x), x, outputs).parameters
 
 
 def _check_model_fits(spec: JobSpec) -> None:
+    """A model that does not fit its built-in data is an error at `model` (naming the node)."""
     known = input_shape_and_classes(spec)
     if known is None:
         return
     shape, classes = known
-    check_model_for_data(spec.model, shape, classes)
+    try:
+        check_model_for_data(spec, model_input(spec, shape), classes)
+    except ValueError as exc:
+        message = str(exc).removeprefix("model: ")
+        error = PydanticCustomError("value_error", "{message}", {"message": message})
+        details = [InitErrorDetails(type=error, loc=("model",), input=None)]
+        raise ValidationError.from_exception_data("JobSpec", details) from None
 
 
-def check_model_for_data(model: MLPSpec | CNNSpec, shape: tuple[int, ...], outputs: int) -> int:
-    """Raise ValueError when the model cannot take this input or is too large; else its size."""
-    if isinstance(model, CNNSpec):
-        if len(shape) < 2:
-            raise ValueError(f"model cnn needs image samples; this data set has shape {shape}")
-        blocks = len(model.conv_channels) if model.pool != "none" else 0
-        if min(shape[:2]) // 2**blocks < 1:
-            raise ValueError(
-                f"{len(model.conv_channels)} pooled conv blocks shrink {shape[0]}x{shape[1]} "
-                "images to nothing; use fewer conv_channels or pool none"
-            )
-    params = count_parameters(model, shape, outputs)
-    if params > MAX_PARAMETERS:
-        raise ValueError(f"the model has {params:,} parameters; the limit is {MAX_PARAMETERS:,}")
-    return params
+def check_model_for_data(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGraph:
+    """Raise ValueError when the model cannot take this input or is too large; else the built
+    graph (its summary is the job's model_summary)."""
+    try:
+        graph = built_model(spec, x, outputs)
+    except GraphError as exc:
+        raise ValueError(f"model: {exc}") from None
+    if graph.parameters > MAX_PARAMETERS:
+        raise ValueError(
+            f"the model has {graph.parameters:,} parameters; the limit is {MAX_PARAMETERS:,} "
+            f"(the largest, {graph.heaviest('parameters')})"
+        )
+    if graph.flops_per_sample > MAX_FLOPS_PER_SAMPLE:
+        raise ValueError(
+            f"the model costs {graph.flops_per_sample:,} FLOPs per sample; "
+            f"the limit is {MAX_FLOPS_PER_SAMPLE:,} (the largest, {graph.heaviest('flops')})"
+        )
+    return graph
 
 
 def resolved_mode(monitor: str, mode: Mode) -> Literal["min", "max"]:

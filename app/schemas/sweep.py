@@ -13,17 +13,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.schemas.job_spec import JobSpec
+from app.schemas.metric_row import SCORES, SPLITS, score_field
 
-# The metrics-row fields an objective may name (the per-epoch values a pruner compares).
-OBJECTIVE_FIELDS = (
-    "val_loss",
-    "val_accuracy",
-    "val_mae",
-    "train_loss",
-    "train_accuracy",
-    "train_mae",
+# The metrics-row fields an objective may name (the per-epoch scores a pruner compares),
+# validation ones first.
+OBJECTIVE_FIELDS = tuple(
+    score_field(split, score) for split in reversed(SPLITS) for score in SCORES
 )
-PARAMETER_PATH = r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$"
+# Dotted field names; a number is a list index (model.layers.3.filters: the fourth node's).
+PARAMETER_PATH = r"^[a-z_][a-z0-9_]*(\.([a-z_][a-z0-9_]*|[0-9]{1,3}))*$"
 MAX_PARAMETERS = 32
 # How deeply a categorical choice may nest: a whole scheduler or a list of widths is 2 or 3
 # levels; copying and encoding a deeper one recursed past Python's limit (a 500).
@@ -189,7 +187,11 @@ class SweepSpec(_Sweep):
     base: JobSpec = Field(description="a full job spec; each trial overrides its parameters")
     parameters: dict[
         Annotated[str, Field(min_length=1, max_length=128, pattern=PARAMETER_PATH)], Distribution
-    ] = Field(min_length=1, max_length=MAX_PARAMETERS, description="dotted spec path -> range")
+    ] = Field(
+        min_length=1,
+        max_length=MAX_PARAMETERS,
+        description="dotted spec path -> range; a number indexes a list (model.layers.3.filters)",
+    )
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec, description="what is optimized")
     sampler: SamplerSpec = Field(default_factory=SamplerSpec, description="how trials are drawn")
     pruner: PrunerSpec = Field(default_factory=PrunerSpec, description="when a trial is stopped")

@@ -24,13 +24,15 @@ from sqlalchemy.engine import Connection
 from app.core.async_db import fetch_sql
 from app.core.db import read_engine
 from app.domain.states import TERMINAL
-from app.domain.tables import METRIC_FIELDS, EpochMetric, JobTransition
+from app.domain.tables import EpochMetric, JobTransition
+from app.schemas.metric_row import METRIC_FIELDS
 
 CURSOR = re.compile(r"^(\d{1,18})\.(\d{1,9})\.(\d{1,9})$")
 TRANSITIONS = JobTransition.__table__.c
 METRICS = EpochMetric.__table__.c
 TransitionRow = namedtuple("TransitionRow", [c.name for c in TRANSITIONS])  # type: ignore[misc]
-MetricRow = namedtuple("MetricRow", [c.name for c in METRICS])  # type: ignore[misc]
+# A stored epoch_metric row (every column), as the PostgreSQL read hands it over.
+EpochRow = namedtuple("EpochRow", [c.name for c in METRICS])  # type: ignore[misc]
 
 # On PostgreSQL the same reads as `read_new`, as one text whatever the number of jobs: the
 # cursors travel as arrays, so psycopg prepares the statement once and no OR of per-job clauses
@@ -42,7 +44,7 @@ TRANSITIONS_AFTER_SQL = (
     f"JOIN {_CURSORS} ON t.job_id = c.job_id AND t.id > c.transition ORDER BY t.id"
 )
 ROWS_AFTER_SQL = (
-    f"SELECT {', '.join('m.' + name for name in MetricRow._fields)} FROM epoch_metric m "
+    f"SELECT {', '.join('m.' + name for name in EpochRow._fields)} FROM epoch_metric m "
     f"JOIN {_CURSORS} ON m.job_id = c.job_id AND (m.attempt, m.epoch) > (c.attempt, c.epoch) "
     "ORDER BY m.attempt, m.epoch"
 )
@@ -195,7 +197,7 @@ async def read_new_events_async(cursors: Mapping[str, Cursor]) -> dict[str, list
     if found is None:
         return await asyncio.to_thread(read_new_events, cursors)
     transitions, rows = found
-    return _by_job(cursors, [TransitionRow(*r) for r in transitions], [MetricRow(*r) for r in rows])
+    return _by_job(cursors, [TransitionRow(*r) for r in transitions], [EpochRow(*r) for r in rows])
 
 
 Found = dict[str, list[Event]]

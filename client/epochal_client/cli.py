@@ -65,13 +65,15 @@ def show(
     job_id: Annotated[str, typer.Argument()],
     as_json: Annotated[bool, typer.Option("--json", help="the raw job as JSON")] = False,
 ) -> None:
-    """Show one job: status, progress, result, error, transitions."""
+    """Show one job: status, progress, model layers, result, error, transitions."""
     with connect() as client:
         job = client.get(job_id)
     if as_json:
         print(json.dumps(job.__dict__, default=str, indent=2))
         return
     console.print(render.job_details(job))
+    if layers := render.layers_table(job):
+        console.print(layers)
     for table in render.evaluation_tables(job.result):
         console.print(table)
     console.print(render.transitions_table(job))

@@ -22,19 +22,20 @@ from rich.table import Table
 
 from epochal_client.client import Client
 from epochal_client.render import fmt, status_text
-from epochal_client.types import Event, Job, MetricRow, build
+from epochal_client.types import SCORES, SPLITS, Event, Job, MetricRow, build, score_field
 
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 3}
 DETACHED = 130  # Ctrl-C, job left running
-# Short headings so the live table fits an 80-column terminal.
+# Short headings so the live table fits an 80-column terminal: each score, training and
+# validation side by side, then the rate and the epoch's time (its speed is on the bar).
+SHORT = {"train": "", "val": "val ", "accuracy": "acc"}
 LIVE_COLUMNS = {
     "epoch": "epoch",
-    "train_loss": "loss",
-    "val_loss": "val loss",
-    "train_accuracy": "acc",
-    "val_accuracy": "val acc",
-    "train_mae": "mae",
-    "val_mae": "val mae",
+    **{
+        score_field(split, score): SHORT[split] + SHORT.get(score, score)
+        for score in SCORES
+        for split in SPLITS
+    },
     "learning_rate": "lr",
     "epoch_seconds": "seconds",
 }
@@ -137,7 +138,7 @@ def follow_job(client: Client, job: Job, console: Console) -> int:
     if final.error:
         console.print(f"[red]{final.error_code}: {final.error}[/]")
     for key, value in (final.result or {}).items():
-        if key.endswith(("accuracy", "loss", "mae")):
+        if key.endswith(SCORES):
             console.print(
                 f"  {key}: {value:.4f}" if isinstance(value, float) else f"  {key}: {value}"
             )

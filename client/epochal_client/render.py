@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 from collections.abc import Sequence
 from datetime import datetime
@@ -12,9 +11,8 @@ from typing import Any
 
 from rich.table import Column, Table
 
-from epochal_client.types import Job, MetricRow, WorkerInfo
+from epochal_client.types import ROW_FIELDS, Job, MetricRow, WorkerInfo, score_field
 
-METRIC_COLUMNS = tuple(f.name for f in dataclasses.fields(MetricRow))
 STATUS_STYLE = {
     "queued": "dim",
     "running": "cyan",
@@ -81,12 +79,34 @@ def job_details(job: Job) -> Table:
         ("started", job.started_at),
         ("finished", job.finished_at),
         ("tags", ", ".join(f"{k}={v}" for k, v in job.tags.items()) or None),
+        ("model", model_line(job.model_summary)),
     ]
     # the evaluation report has tables of its own (evaluation_tables)
     rows += [(f"result.{k}", v) for k, v in (job.result or {}).items() if k != "evaluation"]
     for label, value in rows:
         if value is not None:
             table.add_row(f"[bold]{label}[/]", value if isinstance(value, str) else fmt(value))
+    return table
+
+
+def model_line(summary: dict[str, Any] | None) -> str | None:
+    """The model in one line: parameters, FLOPs per sample, layers (head included)."""
+    if not summary:
+        return None
+    return (
+        f"{summary['parameters']:,} parameters, {summary['flops_per_sample']:,} FLOPs per "
+        f"sample, {len(summary['layers'])} layers"
+    )
+
+
+def layers_table(job: Job) -> Table | None:
+    """Each layer of the built model: name, op, output shape, parameters (None without one)."""
+    if not job.model_summary:
+        return None
+    table = Table("layer", "op", "output shape", "parameters", box=None)
+    for layer in job.model_summary["layers"]:
+        shape = str(tuple(layer["output_shape"]))  # as the service's messages write shapes
+        table.add_row(layer["name"], layer["op"], shape, f"{layer['parameters']:,}")
     return table
 
 
@@ -136,7 +156,7 @@ def transitions_table(job: Job) -> Table:
 
 def used_columns(rows: Sequence[MetricRow]) -> list[str]:
     """The metric columns that hold a value in some row (accuracy or mae, not both)."""
-    return [c for c in METRIC_COLUMNS if any(getattr(r, c) is not None for r in rows)]
+    return [c for c in ROW_FIELDS if any(getattr(r, c) is not None for r in rows)]
 
 
 def metrics_table(rows: Sequence[MetricRow], columns: Sequence[str] | None = None) -> Table:
@@ -150,11 +170,9 @@ def metrics_table(rows: Sequence[MetricRow], columns: Sequence[str] | None = Non
 def metrics_csv(rows: Sequence[MetricRow]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(METRIC_COLUMNS)
+    writer.writerow(ROW_FIELDS)
     for row in rows:
-        writer.writerow(
-            ["" if getattr(row, c) is None else getattr(row, c) for c in METRIC_COLUMNS]
-        )
+        writer.writerow(["" if getattr(row, c) is None else getattr(row, c) for c in ROW_FIELDS])
     return out.getvalue()
 
 
@@ -190,7 +208,7 @@ def plot_metrics(job: Job, rows: Sequence[MetricRow], path: Path) -> Path:
     epochs = [r.epoch for r in rows]
     for ax, name in zip(axes, ("loss", metric), strict=True):
         for split, style in (("train", "-o"), ("val", "-s")):
-            values = [getattr(r, f"{split}_{name}") for r in rows]
+            values = [getattr(r, score_field(split, name)) for r in rows]
             points = [(e, v) for e, v in zip(epochs, values, strict=True) if v is not None]
             if points:
                 ax.plot(*zip(*points, strict=True), style, markersize=3, label=f"{split} {name}")

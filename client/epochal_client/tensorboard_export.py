@@ -11,21 +11,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from epochal_client.types import Job, MetricRow
+from epochal_client.types import SCORES, SPLITS, Job, MetricRow, score_field
 
 # Metrics rows become tags grouped by metric, so train and val share a chart section.
 SCALAR_TAGS = {
-    "train_loss": "loss/train",
-    "val_loss": "loss/val",
-    "train_accuracy": "accuracy/train",
-    "val_accuracy": "accuracy/val",
-    "train_mae": "mae/train",
-    "val_mae": "mae/val",
+    **{score_field(split, score): f"{score}/{split}" for score in SCORES for split in SPLITS},
     "learning_rate": "optimizer/learning_rate",
     "epoch_seconds": "speed/epoch_seconds",
     "samples_per_second": "speed/samples_per_second",
 }
-FINAL = re.compile(r"^(train|val|test)_(loss|accuracy|mae)$")  # evaluation keys of job.result
+# The evaluation keys of job.result: a split's score.
+FINAL = re.compile(rf"^(train|val|test)_({'|'.join(SCORES)})$")
 HPARAM_PREFIX = "hparam/"
 
 
@@ -62,7 +58,7 @@ def final_metrics(job: Job, rows: Sequence[MetricRow]) -> dict[str, float]:
         if FINAL.match(key) and isinstance(value, int | float) and not isinstance(value, bool):
             metrics[f"{HPARAM_PREFIX}{key}"] = float(value)
     if rows:
-        for field in ("train_loss", "val_loss", "train_accuracy", "val_accuracy", "val_mae"):
+        for field in (score_field(split, score) for split in SPLITS for score in SCORES):
             value = getattr(rows[-1], field)
             if value is not None:
                 metrics[f"{HPARAM_PREFIX}last_{field}"] = float(value)

@@ -81,6 +81,9 @@ class Job:
     spec: dict[str, Any] = field(default_factory=dict)
     transitions: list[dict[str, Any]] = field(default_factory=list)
     sweep_id: str | None = None  # the sweep this job is a trial of
+    # the built model: parameters, flops_per_sample, layers [{name, op, output_shape,
+    # parameters}], head included; None for a job stored before the server kept summaries
+    model_summary: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:
@@ -89,7 +92,11 @@ class Job:
 
 @dataclass(frozen=True)
 class MetricRow:
-    """One finished epoch; values that were not finite are None."""
+    """One finished epoch; values that were not finite are None.
+
+    The client's one definition of the metrics row (the server's is app.schemas.metric_row,
+    which the client cannot import; tests/app/test_client_unit.py holds the two equal). A
+    split's score is the field `score_field(split, score)`: `train_loss`, `val_accuracy`, …"""
 
     epoch: int
     train_loss: float | None = None
@@ -104,6 +111,16 @@ class MetricRow:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+ROW_FIELDS = tuple(f.name for f in dataclasses.fields(MetricRow))
+SPLITS = ("train", "val")  # the passes of an epoch that are scored
+SCORES = ("loss", "accuracy", "mae")  # each pass's scores; a result has `test_…` ones too
+
+
+def score_field(split: str, score: str) -> str:
+    """The name of a split's score: `train_loss`, `val_accuracy` (a row's), `test_mae`."""
+    return f"{split}_{score}"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 limit or storage quota, written by the controller at each top-up.
 
 Revision ID: 0007_hostile
-Revises: 0006
+Revises: 0007_model_summary
 Create Date: 2026-12-04
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007_hostile"
-down_revision = "0006"
+down_revision = "0007_model_summary"
 branch_labels = None
 depends_on = None
 

@@ -109,11 +109,15 @@ def test_new_lines_of_a_sliding_log_tail() -> None:
 def test_client_types_follow_the_api_schemas() -> None:
     from dataclasses import fields
 
+    from app.schemas import metric_row
     from app.schemas.api import JobPublic
     from app.schemas.api import MetricRow as ServerRow
+    from epochal_client import types
     from epochal_client.types import Job, MetricRow
 
     assert [f.name for f in fields(MetricRow)] == list(ServerRow.model_fields)
+    assert types.ROW_FIELDS == metric_row.ROW_FIELDS  # the client's mirror of the one definition
+    assert (types.SPLITS, types.SCORES) == (metric_row.SPLITS, metric_row.SCORES)
     assert {f.name for f in fields(Job)} == set(JobPublic.model_fields)
 
 
@@ -227,3 +231,26 @@ def test_show_renders_a_regression_report() -> None:
     lines = [line.split() for line in text.splitlines()]
     assert ["mae", "0.25"] in lines and ["r2", "0.9"] in lines
     assert ["residual", "p95", "1"] in lines
+
+
+def test_show_renders_the_models_summary_and_its_layers() -> None:
+    from epochal_client.types import Job, build
+
+    summary = {
+        "parameters": 650, "flops_per_sample": 1344,
+        "layers": [
+            {"name": "flatten", "op": "flatten", "output_shape": [64], "parameters": 0},
+            {"name": "head", "op": "dense", "output_shape": [10], "parameters": 650},
+        ],
+    }  # fmt: skip
+    base = {"id": "j", "name": "n", "framework": "pytorch", "status": "queued", "attempt": 0,
+            "epochs": 1, "current_epoch": 0, "created_at": "2025-01-01T00:00:00Z"}  # fmt: skip
+    job = build(Job, {**base, "model_summary": summary})
+    text = rendered([render.job_details(job), render.layers_table(job)])
+    assert "650 parameters, 1,344 FLOPs per sample, 2 layers" in text
+    lines = [line.split() for line in text.splitlines()]
+    assert ["flatten", "flatten", "(64,)", "0"] in lines
+    assert ["head", "dense", "(10,)", "650"] in lines
+    older = build(Job, base)  # a job the server stored before it kept summaries
+    assert render.layers_table(older) is None
+    assert "parameters" not in rendered([render.job_details(older)])

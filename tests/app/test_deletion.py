@@ -37,7 +37,7 @@ def finished_job(client: TestClient, days_ago: float = 0) -> tuple[str, JobFiles
         session.execute(
             update(Job).where(Job.id == job_id).values(status=JobStatus.running, attempt=1)
         )
-        epoch_rows.record_epoch(session, job_id, 1, 1, {"loss": 0.5})
+        epoch_rows.record_epoch(session, job_id, 1, 1, {"train_loss": 0.5})
         session.execute(
             update(Job)
             .where(Job.id == job_id)

@@ -65,6 +65,9 @@ NASTY_SPECS: list[Any] = [
     with_("name", "💥" * 200),
     with_("name", "a/../../b"),
     with_("unknown_field", 1),
+    with_("model", {"type": "graph", "layers": [{"name": "a\u0000", "op": "flatten"}]}),
+    with_("model", {"type": "graph", "layers": [{"name": "d", "op": "dropout", "rate": "NaN"}]}),
+    with_("model", {"type": "graph", "layers": [{"name": "r", "op": "reshape", "shape": [2**62]}]}),
     {"framework": "pytorch"},  # missing the data set
     {},
 ]

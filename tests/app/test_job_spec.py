@@ -171,3 +171,29 @@ def test_openapi_documents_the_spec_with_an_example_defaults_and_descriptions() 
         if not prop.get("description") and "const" not in prop  # discriminators: one value
     ]
     assert undocumented == []
+
+
+def test_openapi_lists_every_op_with_its_fields_descriptions_and_bounds() -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.schemas.graph import OPS
+
+    schemas = TestClient(create_app()).get("/openapi.json").json()["components"]["schemas"]
+    layers = schemas["GraphSpec"]["properties"]["layers"]
+    assert layers["maxItems"] == 256
+    mapping = layers["items"]["discriminator"]["mapping"]
+    assert mapping == {op: f"#/components/schemas/{cls.__name__}" for op, cls in OPS.items()}
+    for op, cls in OPS.items():
+        schema = schemas[cls.__name__]
+        assert schema.get("description") and schema["additionalProperties"] is False, op
+        assert set(schema["properties"]) == set(cls.model_fields), op
+        undocumented = [
+            field
+            for field, prop in schema["properties"].items()
+            if not prop.get("description") and "const" not in prop
+        ]
+        assert undocumented == [], op
+    filters = schemas["Conv2D"]["properties"]["filters"]
+    assert (filters["minimum"], filters["maximum"]) == (1, 1024)
+    assert schemas["Dropout"]["properties"]["rate"]["maximum"] == 0.9

@@ -66,6 +66,20 @@ def dist(kind: str, **fields: Any) -> dict[str, Any]:
     return {"type": kind, **fields}
 
 
+# On digits (8x8x1): two convolutions and global average pooling.
+CONVS: dict[str, Any] = {
+    "type": "graph",
+    "layers": [
+        {"name": "c0", "op": "conv2d", "filters": 4},
+        {"name": "c1", "op": "conv2d", "filters": 4},
+        {"name": "gap", "op": "global_avg_pool"},
+    ],
+}
+DENSE: dict[str, Any] = {
+    "type": "graph",
+    "layers": [{"name": "flat", "op": "flatten"}, {"name": "d0", "op": "dense", "units": 8}],
+}
+
 BAD_SPACES = [  # (path, distribution, base overrides)
     ("optimizer.learning_rte", dist("uniform", low=0.1, high=0.2), {}),
     ("optimizer.learning_rate", dist("loguniform", low=1e-3, high=20), {}),
@@ -74,6 +88,11 @@ BAD_SPACES = [  # (path, distribution, base overrides)
     ("training.batch_size", dist("int", low=16, high=18), {"resources": {"replicas": 2}}),
     ("training.epochs", dist("int", low=0, high=3), {}),
     ("lr_scheduler", dist("categorical", choices=[None, {"name": "step", "gamma": 2.0}]), {}),
+    ("model.layers.3.filters", dist("int", low=2, high=8), {"model": CONVS}),  # no 4th node
+    ("model.layers.1.filters", dist("int", low=2, high=5000), {"model": CONVS}),  # > 1024
+    ("model.layers.2.filters", dist("int", low=2, high=8), {"model": CONVS}),  # gap has none
+    ("model.layers.c1.filters", dist("int", low=2, high=8), {"model": CONVS}),  # not an index
+    ("model.layers.1.filters", dist("int", low=2, high=8), {}),  # an mlp has no layers
 ]
 
 
@@ -85,6 +104,58 @@ def test_a_space_that_can_make_an_invalid_job_is_a_422_naming_the_parameter(
     assert fields(client.post("/v1/sweeps", json=body)) == [f"parameters.{named}"]
     assert client.get("/v1/sweeps").json()["items"] == []
     assert client.get("/v1/jobs").json()["items"] == []
+
+
+def test_a_path_past_the_last_node_says_how_many_there_are(client: TestClient) -> None:
+    body = sweep_body(
+        parameters={"model.layers.3.filters": dist("int", low=2, high=8)},
+        base={**BASE, "model": CONVS},
+    )
+    response = client.post("/v1/sweeps", json=body)
+    assert fields(response) == ["parameters.model.layers.3.filters"]
+    assert "model.layers has 3 entries (0 to 2); there is no entry 3" in response.json()["detail"]
+    body["parameters"] = {"model.layers.2.filters": dist("int", low=2, high=8)}
+    named = client.post("/v1/sweeps", json=body).json()["detail"]
+    assert "layer 2 'gap' (global_avg_pool)" in named and "Extra inputs" in named
+
+
+def test_a_sweep_sets_a_nodes_field_by_its_index(client: TestClient) -> None:
+    body = sweep_body(
+        base={**BASE, "model": CONVS},
+        parameters={"model.layers.1.filters": dist("int", low=2, high=16, step=2)},
+        sampler={"name": "random", "seed": 3},
+        max_parallel=4,
+    )
+    sweep = client.post("/v1/sweeps", json=body).json()
+    assert sweep["trials_launched"] == 4, sweep
+    drawn = []
+    for trial in sweep["trials"]:
+        job = client.get(f"/v1/jobs/{trial['job_id']}").json()
+        layers = job["spec"]["model"]["layers"]
+        filters = trial["params"]["model.layers.1.filters"]
+        assert layers[1]["filters"] == filters and filters in range(2, 17, 2)
+        assert [layer["filters"] for layer in layers[:1]] == [4]  # the other nodes as in base
+        shapes = {x["name"]: x["output_shape"] for x in job["model_summary"]["layers"]}
+        assert shapes["c1"] == [8, 8, filters] and shapes["gap"] == [filters]
+        drawn.append(filters)
+    assert len(set(drawn)) > 1  # the trials differ as the space asks
+
+
+def test_a_sweep_chooses_between_whole_graphs(client: TestClient) -> None:
+    body = sweep_body(
+        base={**BASE, "model": CONVS},
+        parameters={"model": dist("categorical", choices=[CONVS, DENSE])},
+        sampler={"name": "grid"},
+    )
+    sweep = client.post("/v1/sweeps", json=body).json()
+    assert sweep["trials_launched"] == 2, sweep
+    jobs = [client.get(f"/v1/jobs/{t['job_id']}").json() for t in sweep["trials"]]
+    names = {tuple(x["name"] for x in job["spec"]["model"]["layers"]) for job in jobs}
+    assert names == {("c0", "c1", "gap"), ("flat", "d0")}
+    summaries = {tuple(x["name"] for x in job["model_summary"]["layers"]) for job in jobs}
+    assert summaries == {("c0", "c1", "gap", "head"), ("flat", "d0", "head")}
+    chosen = [t["params"]["model"]["layers"][0]["name"] for t in sweep["trials"]]
+    assert sorted(chosen) == ["c0", "flat"]
 
 
 def test_parameters_valid_alone_but_not_together_are_both_named(client: TestClient) -> None:

@@ -111,9 +111,10 @@ class Memory:
 @pytest.fixture(scope="module")
 def service(service_env: dict[str, str]) -> Iterator[Service]:
     settings = {"EPOCHAL_PREDICT_CONCURRENCY": "1", "EPOCHAL_MAX_STREAMS_PER_KEY": "4"}
-    with pytest.MonkeyPatch.context() as patch, running_service(
-        service_env, worker=False, **settings
-    ) as svc:
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        running_service(service_env, worker=False, **settings) as svc,
+    ):
         for key, value in service_env.items():  # this process writes a job's rows and files
             patch.setenv(key, value)
         clear_caches()
@@ -224,8 +225,7 @@ def test_heavy_predictions_never_stall_the_loop(service: Service, attacker: str)
         took = time.perf_counter() - started
     codes = [r.status_code for r in answers]
     print(
-        f"\npredictions of {flops / 1e9:.2f} GFLOP a row: {codes} in {took:.1f} s, "
-        f"{probe.report()}"
+        f"\npredictions of {flops / 1e9:.2f} GFLOP a row: {codes} in {took:.1f} s, {probe.report()}"
     )
     probe.assert_answered_in_time()
     big = answers[:3]

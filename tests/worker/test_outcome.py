@@ -1,4 +1,5 @@
-"""Exceptions in the training child map to failure codes; the codes decide retries."""
+"""Exceptions in the training child map to failure codes; the codes decide retries; an early
+stop ends an attempt the same way whichever side finds out; the hand-over message round-trips."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import errno
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from app.domain.states import StopReason
 from worker.child.launch import classify
 from worker.child.sinks import LostOwnership
-from worker.protocol import JobConfigError
+from worker.protocol import STOPPED, Assignment, JobConfigError, Outcome
 
 
 @pytest.mark.parametrize(
@@ -29,3 +31,33 @@ def test_failure_codes(exc: BaseException, code: str, retryable: bool) -> None:
     outcome = classify(exc)
     assert (outcome.status, outcome.error_code, outcome.retryable) == ("failed", code, retryable)
     assert outcome.error  # a message for the user, never empty
+
+
+@pytest.mark.parametrize(
+    ("reason", "status", "code", "retryable"),
+    [
+        ("cancelled", "cancelled", None, False),
+        ("timeout", "failed", "timeout", False),
+        ("shutdown", "failed", "worker_shutdown", True),  # nobody's failure: re-queued
+        ("non_finite_loss", "failed", "non_finite_loss", False),
+    ],
+)
+def test_an_early_stop_ends_the_attempt_by_its_reason(
+    reason: str, status: str, code: str | None, retryable: bool
+) -> None:
+    outcome = Outcome.stopped(StopReason(reason), "what happened")
+    assert (outcome.status, outcome.stop_reason, outcome.error_code) == (status, reason, code)
+    assert outcome.retryable == retryable and outcome.error == "what happened"
+
+
+def test_every_stop_the_supervisor_asks_for_has_an_end() -> None:
+    # The reasons the supervisor writes into a stop request (worker.supervisor.runner).
+    assert {StopReason.cancelled, StopReason.timeout, StopReason.shutdown} <= set(STOPPED)
+
+
+def test_the_assignment_is_one_line_that_reads_back() -> None:
+    sent = Assignment("0b7c-job", 3, 1234.5)
+    line = sent.encode()
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert Assignment.decode(line) == sent
+    assert Assignment.decode(line.decode()) == sent  # as the child reads it from stdin

@@ -19,6 +19,7 @@ from typing import Any
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import JobSpec, resolved_mode
+from app.schemas.metric_row import SCORES, score_field
 from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_after
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
@@ -32,14 +33,15 @@ from worker.training.model_card import ExportError, evaluate, export_onnx, model
 from worker.training.schedules import LRSchedule
 
 log = logging.getLogger("epochal.child")
+TRAIN_FIELDS = tuple(score_field("train", score) for score in SCORES)
 
 
 def best_monitor(spec: JobSpec, validate: bool) -> Monitor:
-    """Early stopping's monitor when there is one, else val_loss (or loss without a split)."""
+    """Early stopping's monitor when there is one, else val_loss (train_loss without a split)."""
     es = spec.early_stopping
     if es is not None:
         return Monitor(es.monitor, resolved_mode(es.monitor, es.mode), es.min_delta)
-    return Monitor("val_loss" if validate else "loss", "min")
+    return Monitor(score_field("val" if validate else "train", "loss"), "min")
 
 
 def build_callbacks(
@@ -71,10 +73,13 @@ def final_result(
 ) -> dict[str, Any]:
     """Test metrics when the data set has a test split, else validation (or training) ones."""
     split = "test" if splits.x_test is not None else "val" if splits.x_val is not None else None
-    scores = backend.evaluate(split) if split else {k: v for k, v in logs.items() if "_" not in k}
     prefix = split or "train"
+    if split:
+        scores = {score_field(split, k): v for k, v in backend.evaluate(split).items()}
+    else:  # the last epoch's training scores, as its metrics row has them
+        scores = {name: logs[name] for name in TRAIN_FIELDS if name in logs}
     return {
-        **{f"{prefix}_{k}": v for k, v in scores.items()},
+        **scores,
         "evaluated_on": prefix,
         "best_epoch": state.best_epoch,
         "stopped_epoch": state.epoch,
@@ -198,23 +203,14 @@ def run_attempt(
     seconds = time.perf_counter() - started
     reason = fitted.stop_reason
     if reason == StopReason.non_finite_loss:  # the last good checkpoint stays the latest
-        detail = fitted.stop_detail or "non-finite loss"
-        return Outcome.failure(ErrorCode.non_finite_loss, detail, reason)
+        return Outcome.stopped(reason, fitted.stop_detail or "non-finite loss")
     checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
-    if reason == StopReason.shutdown and state.epoch < state.epochs:
+    if reason == StopReason.shutdown and state.epoch >= state.epochs:
+        reason = None  # every epoch was done already: finish the job here
+    if reason in (StopReason.shutdown, StopReason.cancelled, StopReason.timeout):
         detail = f"stopped after epoch {state.epoch} of {state.epochs}"
-        return Outcome.failure(ErrorCode.worker_shutdown, detail, StopReason.shutdown)
-    if reason == StopReason.shutdown:  # every epoch was done already: finish the job here
-        reason = None
-    if reason in (StopReason.cancelled, StopReason.timeout):
-        timeout = reason == StopReason.timeout
-        detail = f"stopped after epoch {state.epoch} of {state.epochs} ({reason})"
-        return Outcome(
-            JobStatus.failed if timeout else JobStatus.cancelled,
-            reason,
-            error_code=ErrorCode.timeout if timeout else None,
-            error=detail if timeout else None,
-        )
+        errors = {StopReason.shutdown: detail, StopReason.timeout: f"{detail} (timeout)"}
+        return Outcome.stopped(reason, errors.get(reason))  # a clean cancel is no error
     try:
         logs = fitted.logs
         result = finish(spec, backend, splits, state, logs, seconds, workdir, timings, job_id)

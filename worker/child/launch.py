@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import ctypes
 import errno
-import json
 import logging
 import os
 import signal
@@ -42,6 +41,7 @@ from worker.protocol import (
     SPAWNED_ENV,
     STOP_SIGNAL,
     SUPERVISOR_ENV,
+    Assignment,
     JobConfigError,
     Outcome,
     child_argv,
@@ -158,7 +158,7 @@ def classify(exc: BaseException) -> Outcome:
     )
 
 
-def wait_for_assignment(framework: str) -> tuple[str, int, float]:
+def wait_for_assignment(framework: str) -> Assignment:
     """Standby mode (worker.supervisor.standby): import the framework at idle CPU priority
     (worker.priority), then wait on stdin."""
     import importlib
@@ -174,8 +174,7 @@ def wait_for_assignment(framework: str) -> tuple[str, int, float]:
     line = sys.stdin.readline()
     if not line:  # the supervisor went away without a job for us
         os._exit(0)
-    message = json.loads(line)
-    return str(message["job_id"]), int(message["attempt"]), float(message["sent_at"])
+    return Assignment.decode(line)
 
 
 def write_output_to(path: Path) -> None:
@@ -205,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     settings = get_settings()
     if args.standby:
-        args.job_id, args.attempt, started = wait_for_assignment(args.standby)
+        job = wait_for_assignment(args.standby)
+        args.job_id, args.attempt, started = job.job_id, job.attempt, job.sent_at
         # From now on `ps` shows what a cold child would show: the job id and attempt.
         setproctitle(" ".join(child_argv(args.job_id, args.attempt)))
         write_output_to(JobFiles.of(settings.resolved_artifacts_dir, args.job_id).log)

@@ -1,5 +1,8 @@
 """The training side's only contact with the database: one metrics row per epoch.
 
+The loop's logs are keyed by the row's fields already (app.schemas.metric_row); they are
+written as they are.
+
 Every write is fenced by attempt and retried through a database blip (a terminated session,
 a restart), for at most a lease less a heartbeat: by then a supervisor that could not renew
 either has stopped this process, and a write of ours that lands later changes nothing.
@@ -17,19 +20,6 @@ from app.core.db import retrying, session_scope
 from app.domain import epoch_rows, sweeps
 from app.domain.states import StopReason
 from worker.training.callbacks import Callback, Logs, TrainState
-
-ROW_FIELDS = {
-    "loss": "train_loss",
-    "accuracy": "train_accuracy",
-    "mae": "train_mae",
-    "val_loss": "val_loss",
-    "val_accuracy": "val_accuracy",
-    "val_mae": "val_mae",
-    "learning_rate": "learning_rate",
-    "epoch_seconds": "epoch_seconds",
-    "samples_per_second": "samples_per_second",
-}
-
 
 T = TypeVar("T")
 
@@ -55,10 +45,9 @@ class DbMetricRecorder(Callback):
         self.seconds = 0.0  # spent writing rows (reported in the job's timings)
 
     def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
-        row = {column: logs[key] for key, column in ROW_FIELDS.items() if key in logs}
         best = (state.best_epoch, state.best_value) if state.best_epoch else None
         started = time.perf_counter()
-        owned = _retried(lambda: self._write(state.epoch, row, best), f"epoch {state.epoch}")
+        owned = _retried(lambda: self._write(state.epoch, logs, best), f"epoch {state.epoch}")
         self.seconds += time.perf_counter() - started
         if not owned:
             raise _lost(self.job_id, self.attempt)
@@ -97,9 +86,8 @@ class TrialPruning(Callback):
     def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
         if self.reporter is None:
             return
-        row = {column: logs[key] for key, column in ROW_FIELDS.items() if key in logs}
         started = time.perf_counter()
-        prune = self.reporter.should_prune(state.epoch, row, state.epochs)  # type: ignore[attr-defined]
+        prune = self.reporter.should_prune(state.epoch, logs, state.epochs)  # type: ignore[attr-defined]
         self.seconds += time.perf_counter() - started
         if prune:
             state.request_stop(StopReason.pruned, f"pruned by the sweep at epoch {state.epoch}")

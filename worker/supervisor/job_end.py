@@ -29,7 +29,7 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
         if job is None or job.attempt != attempt or shutdown.requeue(session, job, outcome):
             return None
         if outcome.retryable and job.status == JobStatus.cancelling:
-            outcome = Outcome(JobStatus.cancelled, StopReason.cancelled, error=outcome.error)
+            outcome = Outcome.stopped(StopReason.cancelled, outcome.error)
         elif outcome.retryable and attempt <= job.max_restarts:
             reason = f"attempt {attempt} failed ({outcome.error_code}); retrying"
             if crud.requeue(session, job, reason):

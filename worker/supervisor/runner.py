@@ -131,11 +131,8 @@ def _set_current_job(worker_name: str, job_id: str | None) -> None:
 
 def _out_of_time(spec: JobSpec) -> Outcome:
     limit = spec.max_runtime_seconds
-    return Outcome.failure(
-        ErrorCode.timeout,
-        f"max_runtime_seconds={limit} used up by earlier attempts",
-        StopReason.timeout,
-    )
+    used_up = f"max_runtime_seconds={limit} used up by earlier attempts"
+    return Outcome.stopped(StopReason.timeout, used_up)
 
 
 def start_child(
@@ -262,15 +259,10 @@ def outcome_of(run: Attempt) -> Outcome:
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     if run.stop_reason == StopReason.shutdown:  # ended while stopping: its checkpoint stands
         ended = f"the training process was ended while stopping for a shutdown ({how})"
-        return Outcome.failure(ErrorCode.worker_shutdown, ended, StopReason.shutdown)
+        return Outcome.stopped(StopReason.shutdown, ended)
     if run.stop_reason is not None:  # it died after (or instead of) honouring a stop request
-        cancelled = run.stop_reason == StopReason.cancelled
-        return Outcome(
-            JobStatus.cancelled if cancelled else JobStatus.failed,
-            run.stop_reason,
-            error_code=None if cancelled else ErrorCode.timeout,
-            error=f"the training process did not stop in time and was ended ({how})",
-        )
+        ended = f"the training process did not stop in time and was ended ({how})"
+        return Outcome.stopped(run.stop_reason, ended)
     if code == -signal.SIGKILL and run.killed_at is None and run.memory.killed_by_oom():
         return run.memory.outcome()  # a SIGKILL we did not send, near the memory limit
     if code < 0:

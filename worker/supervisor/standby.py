@@ -11,14 +11,13 @@ still gets a fresh process of its own. Set EPOCHAL_WARM_FRAMEWORKS="" to turn th
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import time
 
 from app.core.config import Settings
 from worker.priority import back_to_normal
-from worker.protocol import child_env, standby_argv
+from worker.protocol import Assignment, child_env, standby_argv
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +47,8 @@ class StandbyPool:
         child = self._waiting.pop(framework, None)
         if child is None or child.poll() is not None or child.stdin is None:
             return None
-        message = {"job_id": job_id, "attempt": attempt, "sent_at": time.time()}
         try:
-            child.stdin.write((json.dumps(message) + "\n").encode())
+            child.stdin.write(Assignment(job_id, attempt, time.time()).encode())
             child.stdin.close()
         except OSError:  # it died between poll() and write(): start a cold child instead
             log.warning("warm %s child was gone; starting a cold one", framework)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from app.domain.states import StopReason
+from app.schemas.metric_row import monitored
 
 Logs = dict[str, float]
 
@@ -87,13 +88,16 @@ class CallbackList(Callback):
 
 
 class Monitor:
-    """Keras' MonitorCallback comparison: is `value` better than `reference` by min_delta?"""
+    """Keras' MonitorCallback comparison: is `value` better than `reference` by min_delta?
+
+    `monitor` is the spec's name (what messages say); it watches that metrics-row field."""
 
     def __init__(self, monitor: str, mode: Literal["min", "max"], min_delta: float = 0.0) -> None:
         self.monitor, self.mode, self.min_delta = monitor, mode, abs(min_delta)
+        self.field = monitored(monitor)
 
     def value(self, logs: Mapping[str, float]) -> float | None:
-        value = logs.get(self.monitor)
+        value = logs.get(self.field)
         return None if value is None else float(value)
 
     def is_improvement(self, value: float, reference: float | None) -> bool:
@@ -105,7 +109,7 @@ class Monitor:
 
 
 class BestEpoch(Callback):
-    """Tracks the best epoch by a monitor (early stopping's, else val_loss or loss)."""
+    """Tracks the best epoch by a monitor (early stopping's, else val_loss or train_loss)."""
 
     state_key = "best_epoch"
 

@@ -1,7 +1,8 @@
 """The training loop, once for both frameworks: it reads top to bottom.
 
 Each epoch: set the rate, train over shuffled samples, validate over the whole split, hand a
-dict of floats to the callbacks (early stopping, schedule, metrics row, checkpoint). Before
+dict of floats to the callbacks (early stopping, schedule, metrics row, checkpoint), keyed by
+the metrics row's own fields (app.schemas.metric_row: `train_loss`, `val_accuracy`, …). Before
 every epoch, and once after the last, all ranks agree on whether and why to stop: a cancel
 signal reaches DDP ranks at slightly different moments, and a rank that left alone would leave
 the others waiting in a collective (RELIABILITY.md P31).
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from app.domain.states import StopReason
+from app.schemas.metric_row import score_field
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
@@ -62,9 +64,9 @@ def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool
             continue
         train_seconds = time.perf_counter() - started
         state.epoch += 1
-        logs = dict(trained.logs)
+        logs = {score_field("train", k): v for k, v in trained.logs.items()}
         if validate:
-            logs |= {f"val_{k}": v for k, v in backend.evaluate("val").items()}
+            logs |= {score_field("val", k): v for k, v in backend.evaluate("val").items()}
         logs |= {
             "learning_rate": state.learning_rate,
             "epoch_seconds": time.perf_counter() - started,

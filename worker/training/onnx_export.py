@@ -1,29 +1,28 @@
 """model.onnx from the spec and the weights alone: one exporter for both frameworks.
 
-Both back-ends hold the same variables in Keras layout and order (worker.training.init), so the
-graph is built here from the spec, the way worker.training.torch.models and tf.models build the
-network: Dense is a Gemm on [in, out] kernels; Conv is NCHW with the kernel as OIHW and Keras'
-'same' padding (the odd pixel of an even kernel padded after); 2x2 pooling with stride 2 drops a
-trailing odd row and column; feature maps are flattened in NHWC order (channels last), as both
-back-ends do; gelu is the exact erf form; dropout does nothing at inference. The graph takes RAW
-rows: its first two nodes are the job's normalization, (x - shift) / scale in float32.
+Both back-ends hold the same variables in Keras layout and in the graph's order
+(worker.training.init), so the graph is emitted here from the spec: each node asks its op
+(app.schemas.graph) to emit itself, on channels-last tensors as the spec writes shapes; an op
+that ONNX defines channels first (Conv, the pools) transposes around itself. The graph takes
+RAW rows: its first nodes are the job's normalization, (x - shift) / scale in float32, then
+the reshape into the shape the graph reads ((H, W) images gain their channel axis).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from app.schemas.job_spec import CNNSpec, JobSpec, MLPSpec
+from app.schemas.graph import INPUT as GRAPH_INPUT
+from app.schemas.graph import BuiltGraph
+from app.schemas.job_spec import JobSpec, built_model, model_input
 
 OPSET = 17
 IR_VERSION = 8  # what opset 17 came with: every onnxruntime that runs opset 17 loads it
 INPUT = "input"
-BN_EPSILON = 1e-3  # Keras' default; the PyTorch back-end builds its BatchNorm1d with it too
 
 
 def output_name(task: str) -> str:
@@ -31,25 +30,18 @@ def output_name(task: str) -> str:
 
 
 class GraphBuilder:
-    """Nodes and initializers in order; each op's output gets the next fresh name."""
+    """Nodes and initializers in order; each op's output gets the next fresh name. This is
+    the kit an op's onnx() gets."""
 
-    def __init__(self, weights: list[np.ndarray]) -> None:
+    def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
-        self._weights: Iterator[np.ndarray] = iter(weights)
         self._count = 0
 
     def const(self, value: np.ndarray, hint: str) -> str:
-        name = f"{hint}_{len(self.initializers)}"
+        name = f"{hint}:{len(self.initializers)}"  # never an op output's name
         self.initializers.append(numpy_helper.from_array(np.asarray(value), name))
         return name
-
-    def weight(self) -> np.ndarray:
-        return np.asarray(next(self._weights), dtype=np.float32)
-
-    def check_all_used(self) -> None:
-        if next(self._weights, None) is not None:
-            raise ValueError("the model has more variables than its spec describes")
 
     def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs: object) -> str:
         self._count += 1
@@ -58,61 +50,26 @@ class GraphBuilder:
         self.nodes.append(node)
         return name
 
-    def activation(self, x: str, kind: str) -> str:
-        if kind == "gelu":  # opset 17 has no Gelu: x * 0.5 * (1 + erf(x / sqrt(2)))
-            scaled = self.op("Div", [x, self.const(np.float32(math.sqrt(2.0)), "sqrt2")])
-            one = self.op("Add", [self.op("Erf", [scaled]), self.const(np.float32(1.0), "one")])
-            return self.op("Mul", [self.op("Mul", [x, one]), self.const(np.float32(0.5), "half")])
-        return self.op({"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}[kind], [x])
+    def channels_first(self, x: str, rank: int) -> str:
+        """(N, ..., C) -> (N, C, ...) for a tensor of `rank` axes, batch included."""
+        return self.op("Transpose", [x], perm=[0, rank - 1, *range(1, rank - 1)])
 
-    def dense(self, x: str, out: str | None = None) -> str:
-        kernel, bias = self.weight(), self.weight()
-        return self.op("Gemm", [x, self.const(kernel, "kernel"), self.const(bias, "bias")], out)
-
-    def batch_norm(self, x: str) -> str:
-        names = [self.const(self.weight(), role) for role in ("gamma", "beta", "mean", "var")]
-        return self.op("BatchNormalization", [x, *names], epsilon=BN_EPSILON)
-
-    def dense_stack(self, x: str, units: list[int], activation: str, batch_norm: bool) -> str:
-        for _ in units:
-            x = self.dense(x)
-            if batch_norm:
-                x = self.batch_norm(x)
-            x = self.activation(x, activation)
-        return x
-
-    def conv(self, x: str, spec: CNNSpec) -> str:
-        kernel = self.weight().transpose(3, 2, 0, 1)  # [kh, kw, in, out] -> OIHW
-        bias = self.weight()
-        total = spec.kernel_size - 1  # 'same': the odd pixel goes after (bottom, right)
-        pads = [total // 2, total // 2, total - total // 2, total - total // 2]
-        inputs = [x, self.const(np.ascontiguousarray(kernel), "conv"), self.const(bias, "bias")]
-        size = [spec.kernel_size] * 2
-        return self.op("Conv", inputs, kernel_shape=size, pads=pads, strides=[1, 1])
-
-    def pool(self, x: str, kind: str) -> str:
-        if kind == "none":
-            return x
-        op_type = "MaxPool" if kind == "max" else "AveragePool"
-        return self.op(op_type, [x], kernel_shape=[2, 2], strides=[2, 2])
+    def channels_last(self, x: str, rank: int) -> str:
+        return self.op("Transpose", [x], perm=[0, *range(2, rank), 1])
 
 
-def _mlp(g: GraphBuilder, x: str, spec: MLPSpec, out: str) -> None:
-    x = g.op("Flatten", [x], axis=1)
-    x = g.dense_stack(x, spec.hidden_units, spec.activation, spec.batch_norm)
-    g.dense(x, out)
-
-
-def _cnn(g: GraphBuilder, x: str, spec: CNNSpec, row_shape: tuple[int, ...], out: str) -> None:
-    if len(row_shape) == 2:  # [N, H, W] -> [N, 1, H, W]
-        x = g.op("Unsqueeze", [x, g.const(np.array([1], np.int64), "axes")])
-    else:  # [N, H, W, C] -> NCHW
-        x = g.op("Transpose", [x], perm=[0, 3, 1, 2])
-    for _ in spec.conv_channels:
-        x = g.pool(g.activation(g.conv(x, spec), spec.activation), spec.pool)
-    x = g.op("Flatten", [g.op("Transpose", [x], perm=[0, 2, 3, 1])], axis=1)  # NHWC order
-    x = g.dense_stack(x, spec.dense_units, spec.activation, batch_norm=False)
-    g.dense(x, out)
+def _emit(g: GraphBuilder, graph: BuiltGraph, x: str, weights: list[np.ndarray]) -> str:
+    """Every node of the graph in order; returns the last one's output."""
+    values = {GRAPH_INPUT: x}
+    remaining: Iterator[np.ndarray] = iter(weights)
+    for node in graph.nodes:
+        count = len(node.variables())
+        own = [np.asarray(next(remaining), dtype=np.float32) for _ in range(count)]
+        inputs = [values[name] for name in node.inputs]
+        values[node.name] = node.op.onnx(g, inputs, own, list(node.types))
+    if next(remaining, None) is not None:
+        raise ValueError("the model has more variables than its spec describes")
+    return values[graph.output]
 
 
 def build_onnx(
@@ -123,17 +80,16 @@ def build_onnx(
     scale: np.ndarray,
     shift: np.ndarray,
 ) -> onnx.ModelProto:
-    """The whole model, raw rows in; `weights` in Keras layout and order (get_weights())."""
-    g = GraphBuilder(weights)
+    """The whole model, raw rows in; `weights` in Keras layout and graph order (get_weights())."""
+    graph = built_model(spec, model_input(spec, row_shape), outputs)
+    g = GraphBuilder()
     shifted = g.op("Sub", [INPUT, g.const(np.asarray(shift, np.float32), "shift")])
     x = g.op("Div", [shifted, g.const(np.asarray(scale, np.float32), "scale")])
+    if graph.input.shape != tuple(row_shape):
+        x = g.op("Reshape", [x, g.const(np.array([-1, *graph.input.shape], np.int64), "shape")])
     out = output_name(spec.task)
-    if isinstance(spec.model, MLPSpec):
-        _mlp(g, x, spec.model, out)
-    else:
-        _cnn(g, x, spec.model, row_shape, out)
-    g.check_all_used()
-    graph = helper.make_graph(
+    g.op("Identity", [_emit(g, graph, x, weights)], out)
+    onnx_graph = helper.make_graph(
         g.nodes,
         f"epochal-{spec.model.type}",
         [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["N", *row_shape])],
@@ -141,7 +97,7 @@ def build_onnx(
         g.initializers,
     )
     model = helper.make_model(
-        graph,
+        onnx_graph,
         opset_imports=[helper.make_opsetid("", OPSET)],
         producer_name="epochal",
         ir_version=IR_VERSION,

@@ -17,12 +17,13 @@ from app.api.deps import CurrentKey, SessionDep
 from app.core.config import get_settings
 from app.domain import datasets, npz_reader, uploads
 from app.domain.job_files import upload_path
-from app.domain.tables import Dataset, new_id
+from app.domain.tables import Dataset
+from app.schemas.ids import ID_MAX_LENGTH, new_id
 from app.schemas.resources import DatasetPublic, DatasetsPublic
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 NAME_PATTERN = r"^[\w.\- ]+$"
-DatasetId = Annotated[str, Path(max_length=64)]
+DatasetId = Annotated[str, Path(max_length=ID_MAX_LENGTH)]
 
 
 def _default_name(filename: str | None) -> str:

@@ -32,8 +32,9 @@ from app.core.config import get_settings
 from app.domain import crud, datasets, retention
 from app.domain.admission import disk_estimate
 from app.domain.states import JobStatus, SweepStatus
-from app.domain.tables import ID_CHARS, Job, Sweep
+from app.domain.tables import Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
+from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
@@ -146,7 +147,7 @@ async def read_jobs(
     framework: Annotated[str | None, Query(pattern=FRAMEWORK_NAME)] = None,
     limit: Annotated[int, Query(ge=LIST_LIMIT[0], le=LIST_LIMIT[1])] = LIST_DEFAULT_LIMIT,
     cursor: Annotated[str | None, Query(max_length=CURSOR_MAX_CHARS)] = None,
-    sweep_id: Annotated[str | None, Query(max_length=64, pattern=ID_CHARS)] = None,
+    sweep_id: Annotated[str | None, Query(max_length=ID_MAX_LENGTH, pattern=ID_CHARS)] = None,
 ) -> Response:
     """List jobs, newest first, with cursor pagination."""
     filters = {"status": status_, "framework": framework, "sweep_id": sweep_id}

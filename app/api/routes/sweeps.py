@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from fastapi.concurrency import run_in_threadpool
@@ -20,8 +20,9 @@ from app.api.deps import (
 )
 from app.domain import sweeps as rows
 from app.domain.states import TrialState
-from app.domain.sweep_space import space_errors
-from app.domain.tables import ID_CHARS, Job, Sweep
+from app.domain.sweep_space import space_errors, value_at
+from app.domain.tables import Job, Sweep
+from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.sweep import (
     BestTrial,
     SweepPublic,
@@ -39,7 +40,7 @@ router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 def get_sweep_or_404(
     session: SessionDep,
     key: CurrentKey,
-    sweep_id: Annotated[str, Path(max_length=64, pattern=ID_CHARS)],
+    sweep_id: Annotated[str, Path(max_length=ID_MAX_LENGTH, pattern=ID_CHARS)],
 ) -> Sweep:
     """The sweep if it exists and the caller may see it; another owner's is a 404 too."""
     sweep = session.get(Sweep, sweep_id)
@@ -70,7 +71,7 @@ def _trial(job: Job, spec: SweepSpec, value: float | None) -> TrialPublic:
     return TrialPublic(
         number=int(job.sweep_trial or 0),
         job_id=job.id,
-        params={p: _at(job.spec, p) for p in spec.parameters},
+        params={p: value_at(job.spec, p) for p in spec.parameters},
         state=controller.trial_state(job),
         status=job.status,
         stop_reason=job.stop_reason,
@@ -78,13 +79,6 @@ def _trial(job: Job, spec: SweepSpec, value: float | None) -> TrialPublic:
         epochs_run=job.current_epoch,
         epochs=int(job.spec["training"]["epochs"]),
     )
-
-
-def _at(spec: dict[str, Any], path: str) -> Any:
-    node: Any = spec
-    for part in path.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
 
 
 def public(session: SessionDep, sweep: Sweep) -> SweepPublic:

@@ -1,4 +1,5 @@
-"""The loop's stop agreement, with a scripted back-end standing in for the other ranks."""
+"""The loop's stop agreement, with a scripted back-end standing in for the other ranks; the
+loop's logs named as the metrics row is."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.schemas.metric_row import METRIC_FIELDS
 from worker.training.backend import TrainedEpoch
 from worker.training.callbacks import Callback, CallbackList, Logs, TrainState
 from worker.training.loop import STOP_REASONS, fit
@@ -33,10 +35,10 @@ class ScriptedBackend:
 
     def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
         self.epochs_trained += 1
-        return TrainedEpoch({"loss": 1.0}, samples=10)
+        return TrainedEpoch({"loss": 1.0, "accuracy": 0.5}, samples=10)
 
     def evaluate(self, split: str) -> Logs:
-        return {"loss": 1.0}
+        return {"loss": 2.0, "accuracy": 0.25}
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return x
@@ -99,3 +101,20 @@ def test_a_stop_after_the_last_agreement_does_not_change_how_it_ended() -> None:
     state = TrainState(epochs=2, learning_rate=0.1)
     fitted = fit(ScriptedBackend(others=[]), state, LateCancel(), validate=False)
     assert fitted.stop_reason is None and state.epoch == 2
+
+
+def test_each_epoch_is_logged_by_the_metrics_rows_own_field_names() -> None:
+    class Keep(Callback):
+        def __init__(self) -> None:
+            self.logs: list[Logs] = []
+
+        def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
+            self.logs.append(dict(logs))
+
+    keep = Keep()
+    fit(ScriptedBackend(others=[]), TrainState(epochs=1, learning_rate=0.1), keep, validate=True)
+    (logs,) = keep.logs
+    assert set(logs) <= set(METRIC_FIELDS)  # the sink writes them as they are
+    assert (logs["train_loss"], logs["train_accuracy"]) == (1.0, 0.5)
+    assert (logs["val_loss"], logs["val_accuracy"]) == (2.0, 0.25)
+    assert logs["learning_rate"] == 0.1 and logs["samples_per_second"] > 0

@@ -51,7 +51,7 @@ def test_same_spec_and_seed_give_the_same_metrics(framework: str, tmp_path: Path
     )
     first, second = run_spec(spec, tmp_path / "a"), run_spec(spec, tmp_path / "b")
     assert first.outcome.status == second.outcome.status == "succeeded"
-    keys = ["loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"]
+    keys = ["train_loss", "train_accuracy", "val_loss", "val_accuracy", "learning_rate"]
     for a, b in zip(first.rows, second.rows, strict=True):
         assert [a[k] for k in keys] == pytest.approx([b[k] for k in keys], rel=1e-6)
     for a, b in zip(first.weights, second.weights, strict=True):

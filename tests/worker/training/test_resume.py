@@ -23,7 +23,7 @@ FIELDS = {
     "early_stopping": {"patience": 3, "min_delta": 10.0, "restore_best_weights": True},
     "lr_scheduler": {"name": "reduce_on_plateau", "patience": 0, "factor": 0.5, "min_delta": 10},
 }
-KEYS = ["loss", "accuracy", "val_loss", "val_accuracy", "learning_rate"]
+KEYS = ["train_loss", "train_accuracy", "val_loss", "val_accuracy", "learning_rate"]
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])

@@ -129,5 +129,5 @@ def test_option_works_and_means_the_same_in_both(case: str, tmp_path: Path) -> N
         assert learned(run, fields.get("task") == "regression"), (framework, run.rows)
         every = fields.get("checkpoint_every_epochs", 1)
         assert checkpoints(tmp_path / framework) == expected_checkpoints(epochs, every)
-    losses = {f: [row["loss"] for row in run.rows] for f, run in runs.items()}
+    losses = {f: [row["train_loss"] for row in run.rows] for f, run in runs.items()}
     assert losses["pytorch"] == pytest.approx(losses["tensorflow"], rel=tolerance), losses

@@ -6,20 +6,18 @@ It is read with allow_pickle=False all the same: a file on disk is not trusted c
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
 from app.domain.job_files import upload_path
+from app.schemas.ids import is_id
 from worker.training.data.types import DataError, RawData
-
-UPLOAD_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
 def load_upload(dataset_id: str, data_dir: Path) -> RawData:
     """The arrays of upload `dataset_id`; DataError when it is gone or unreadable."""
-    if not UPLOAD_ID.match(dataset_id):  # the spec allows only these; never build a path else
+    if not is_id(dataset_id):  # the spec allows only these; never build a path else
         raise DataError(f"{dataset_id!r} is not a data set id")
     path = upload_path(data_dir, dataset_id)
     if not path.is_file():

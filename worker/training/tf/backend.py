@@ -19,12 +19,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from app.domain.job_files import MODEL_FILES  # noqa: E402
-from app.schemas.job_spec import JobSpec  # noqa: E402
+from app.schemas.job_spec import JobSpec, built_model, model_input  # noqa: E402
 from worker.training.backend import Placement, TrainedEpoch  # noqa: E402
 from worker.training.callbacks import Logs, TrainState  # noqa: E402
 from worker.training.data import Splits, epoch_order, global_steps  # noqa: E402
 from worker.training.init import initial_weights  # noqa: E402
-from worker.training.tf.models import build_model  # noqa: E402
+from worker.training.tf.graph import build_model  # noqa: E402
 from worker.training.tf.optimizers import build_optimizer  # noqa: E402
 from worker.training.tf.strategy import make_strategy  # noqa: E402
 
@@ -44,10 +44,9 @@ class TFBackend:
         self.spec, self.placement, self.is_main = spec, placement, True
         self.classify = spec.task == "classification"
         self.replicas = self.strategy.num_replicas_in_sync
-        image = spec.model.type == "cnn"
+        self.graph = built_model(spec, model_input(spec, splits.input_shape), splits.outputs)
         with self.strategy.scope():
-            self.model = build_model(spec.model, splits.input_shape, splits.outputs)
-            self.io = splits.input_shape, splits.outputs
+            self.model, self.variables = build_model(self.graph)
             opt = spec.optimizer
             self.optimizer = build_optimizer(
                 opt.name, opt.learning_rate, opt.momentum, opt.nesterov, opt.weight_decay
@@ -55,11 +54,11 @@ class TFBackend:
             # Build the optimizer's slots now, inside the scope: Keras 3.15 + TF 2.21 cannot
             # create them lazily inside a distributed step (RELIABILITY.md P23).
             self.optimizer.build(self.model.trainable_variables)
-        self.kernels = [v for v in self.model.trainable_variables if v.name == "kernel"]
-        roles = [(w.name, tuple(w.shape)) for w in self.model.weights]
-        self.model.set_weights(initial_weights(roles, spec.training.seed))
+        described = self.graph.variables()
+        self.kernels = [v for v, d in zip(self.variables, described, strict=True) if d.decays]
+        self.set_weights(initial_weights(described, spec.training.seed))
         self.data = {
-            split: (tf.constant(x[..., None] if image and x.ndim == 3 else x), tf.constant(y))
+            split: (tf.constant(self._samples(x)), tf.constant(y))
             for split, x, y in (
                 ("train", splits.x_train, splits.y_train),
                 ("val", splits.x_val, splits.y_val),
@@ -209,10 +208,13 @@ class TFBackend:
         name = "accuracy" if self.classify else "mae"
         return {"loss": loss_sum / total, name: metric_sum / total}
 
+    def _samples(self, x: np.ndarray) -> np.ndarray:
+        """Samples as the graph reads them ((H, W) images gain their channel axis): a view."""
+        return x.reshape(len(x), *self.graph.input.shape)
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         model = self._float32_model()
-        if self.spec.model.type == "cnn" and x.ndim == 3:
-            x = x[..., None]
+        x = self._samples(x)
         tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
         tf.config.experimental.enable_tensor_float_32_execution(False)
         try:
@@ -225,24 +227,26 @@ class TFBackend:
         finally:
             tf.config.experimental.enable_tensor_float_32_execution(tf32)
 
-    def _float32_model(self) -> keras.Sequential:
+    def _float32_model(self) -> keras.Model:
         """The model itself in fp32; under a mixed policy, a float32 twin with its weights."""
         if self.spec.resources.precision == "fp32":
             return self.model
         keras.mixed_precision.set_global_policy("float32")
         try:
-            twin = build_model(self.spec.model, *self.io)
+            twin, variables = build_model(self.graph)
         finally:
             keras.mixed_precision.set_global_policy(POLICIES[self.spec.resources.precision])
-        twin.set_weights(self.model.get_weights())
+        for variable, value in zip(variables, self.get_weights(), strict=True):
+            variable.assign(value)
         return twin
 
     # -- state ----------------------------------------------------------------------------
     def get_weights(self) -> list[np.ndarray]:
-        return [np.asarray(w) for w in self.model.get_weights()]
+        return [np.asarray(v.numpy(), dtype=np.float32) for v in self.variables]
 
     def set_weights(self, weights: list[np.ndarray]) -> None:
-        self.model.set_weights(weights)
+        for variable, value in zip(self.variables, weights, strict=True):
+            variable.assign(value)
 
     def l2_penalty(self) -> float:
         return float(self._l2_term())

@@ -18,13 +18,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.domain.job_files import MODEL_FILES
-from app.schemas.job_spec import JobSpec, OptimizerSpec
+from app.schemas.job_spec import JobSpec, OptimizerSpec, built_model, model_input
 from worker.training.backend import Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
 from worker.training.data import Splits, epoch_order, epoch_seed, global_steps
 from worker.training.init import initial_weights
 from worker.training.torch import distributed
-from worker.training.torch.models import build_model, export_array, import_array, to_keras_layout
+from worker.training.torch.graph import GraphModule
 
 CHECK_EVERY = 32
 EVAL_BATCH = 8192
@@ -74,11 +74,13 @@ class TorchBackend:
         self.spec, self.placement, self.is_main = spec, placement, placement.is_main
         self.device = torch.device(f"cuda:{placement.gpus[0]}" if placement.gpus else "cpu")
         self.classify = spec.task == "classification"
-        self.model = build_model(spec.model, splits.input_shape, splits.outputs).to(self.device)
-        self.layout = to_keras_layout(self.model)
-        self.kernels = [t for t, role, _ in self.layout if role == "kernel"]
-        roles = [(role, tuple(export_array(t, how).shape)) for t, role, how in self.layout]
-        self.set_weights(initial_weights(roles, spec.training.seed))
+        graph = built_model(spec, model_input(spec, splits.input_shape), splits.outputs)
+        self.model = GraphModule(graph).to(self.device)
+        self.variables = self.model.variables()
+        self.kernels = [
+            t for t, v in zip(self.variables, graph.variables(), strict=True) if v.decays
+        ]
+        self.set_weights(initial_weights(graph.variables(), spec.training.seed))
         self.net: nn.Module = distributed.wrap(self.model, placement)
         self.optimizer = build_optimizer(spec.optimizer, list(self.model.parameters()))
         self.scaler = torch.amp.GradScaler("cuda") if spec.resources.precision == "fp16" else None
@@ -93,10 +95,7 @@ class TorchBackend:
         }
 
     def _tensor_x(self, x: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(x)
-        if self.spec.model.type == "cnn":  # NHW or NHWC -> NCHW
-            tensor = tensor.unsqueeze(1) if tensor.ndim == 3 else tensor.permute(0, 3, 1, 2)
-        return tensor.contiguous().to(self.device)
+        return torch.from_numpy(x).to(self.device)  # the graph takes samples as stored
 
     def _tensor_y(self, y: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(y.astype(np.int64 if self.classify else np.float32)).to(self.device)
@@ -238,12 +237,12 @@ class TorchBackend:
         return np.concatenate(outputs)
 
     def get_weights(self) -> list[np.ndarray]:
-        return [export_array(t, how) for t, _, how in self.layout]
+        return [t.detach().float().cpu().numpy().copy() for t in self.variables]
 
     @torch.no_grad()
     def set_weights(self, weights: list[np.ndarray]) -> None:
-        for (tensor, _, how), array in zip(self.layout, weights, strict=True):
-            tensor.copy_(import_array(array, how).to(tensor.device, tensor.dtype))
+        for tensor, array in zip(self.variables, weights, strict=True):
+            tensor.copy_(torch.from_numpy(np.asarray(array)).to(tensor.device, tensor.dtype))
 
     def l2_penalty(self) -> float:
         with torch.no_grad():

@@ -1,0 +1,127 @@
+"""What every layer op is: a strict spec model that also knows its shapes, variables and cost,
+and how each back-end and the ONNX exporter computes it.
+
+An op module never imports a framework: each back-end hands its own kit (the framework's
+namespace and a few layout helpers) to the builder methods, so the API can check and cost a
+graph without PyTorch or TensorFlow installed, and everything about one op stays in one file.
+Shapes are one sample's, channels last, as Keras lays them out; so are variables.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from app.schemas.strict import StrictModel
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
+MAX_INPUTS = 8
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """What flows along an edge, per sample: its shape and whether it holds token ids."""
+
+    shape: tuple[int, ...]
+    tokens: bool = False
+    vocab: int | None = None  # token ids are below this, when the data set says so
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __str__(self) -> str:
+        kind = " token ids" if self.tokens else ""
+        return f"({', '.join(map(str, self.shape))}{',' if len(self.shape) == 1 else ''}){kind}"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One model variable in Keras layout: its name within the op, shape and initializer.
+
+    init is one of worker.training.init's initializers; `decays` puts it in the L2 term
+    (kernels, not biases, norm scales, embeddings or positions); moving statistics are not
+    trainable and are not parameters.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    init: str
+    trainable: bool = True
+    decays: bool = False
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+def kernel(name: str, shape: tuple[int, ...]) -> Variable:
+    return Variable(name, shape, "glorot_uniform", decays=True)
+
+
+def bias(name: str, shape: tuple[int, ...]) -> Variable:
+    return Variable(name, shape, "zeros")
+
+
+class GraphError(ValueError):
+    """A graph that cannot be built; the message names the node and the shapes."""
+
+
+class Op(StrictModel):
+    """A node of the graph. Subclasses set `op` (a Literal) and their own bounded fields."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="unique within the graph")
+    op: str = Field(description="which op the layer is: one of those below")
+    inputs: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_INPUTS,
+        description='earlier nodes (or "input", the data) this node reads; default: the node '
+        "before it",
+    )
+
+    arity: ClassVar[tuple[int, int]] = (1, 1)  # (fewest, most) inputs
+
+    # -- checked at submit, pure ----------------------------------------------------------
+    def infer(self, xs: list[TensorType]) -> TensorType:
+        """The output for these inputs; raise GraphError (via self.fail) when they do not fit."""
+        raise NotImplementedError
+
+    def variables(self, xs: list[TensorType]) -> list[Variable]:
+        """The op's variables in Keras layout and order; none by default."""
+        return []
+
+    def flops(self, xs: list[TensorType], out: TensorType) -> int:
+        """Floating-point operations of one sample's forward pass (a multiply-add is 2)."""
+        return 0
+
+    def fail(self, why: str) -> GraphError:
+        return GraphError(f"{self.op} {self.name!r}: {why}")
+
+    def needs_rank(self, x: TensorType, ranks: tuple[int, ...], what: str) -> None:
+        """Fail unless x has one of these ranks (a sample's dimensions) and holds values."""
+        if x.tokens:
+            raise self.fail(f"takes real values, not token ids {x}; put an embedding first")
+        if len(x.shape) not in ranks:
+            raise self.fail(f"needs {what}; its input is {x}")
+
+    # -- built by the back-ends and the exporter, each handing in its kit -----------------
+    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+        """The op in PyTorch on channels-last tensors; w holds variables() as tensors."""
+        raise NotImplementedError
+
+    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+        """A Keras layer whose weights are variables() in order; default: the kit's generic
+        layer, which calls keras_forward."""
+        return k.OpLayer(self, xs)
+
+    def keras_forward(self, k: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+        """The op in keras.ops, for ops Keras has no layer for."""
+        raise NotImplementedError
+
+    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+        """Emit the op's ONNX nodes on the exporter's builder; return the output's name."""
+        raise NotImplementedError

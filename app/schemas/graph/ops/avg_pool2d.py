@@ -1,0 +1,15 @@
+"""avg_pool2d: 2-D average pooling over (H, W, C) images."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from app.schemas.graph.ops._pool import Pool
+
+
+class AvgPool2D(Pool):
+    """2-D average pooling over (H, W, C) images; stride defaults to size, no padding."""
+
+    op: Literal["avg_pool2d"] = "avg_pool2d"
+    dims: ClassVar[int] = 2
+    kind: ClassVar[str] = "avg"

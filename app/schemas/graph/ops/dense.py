@@ -1,0 +1,41 @@
+"""dense: a fully connected layer on the last axis (per step on sequences, as Keras' Dense)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from app.schemas.graph.base import Op, TensorType, Variable, bias, kernel
+
+
+class Dense(Op):
+    """y = x @ kernel + bias over the last axis."""
+
+    op: Literal["dense"] = "dense"
+    units: int = Field(ge=1, le=8192, description="output width")
+
+    def infer(self, xs: list[TensorType]) -> TensorType:
+        (x,) = xs
+        self.needs_rank(x, (1, 2, 3), "features, a sequence or an image")
+        return TensorType((*x.shape[:-1], self.units))
+
+    def variables(self, xs: list[TensorType]) -> list[Variable]:
+        fan_in = xs[0].shape[-1]
+        return [kernel("kernel", (fan_in, self.units)), bias("bias", (self.units,))]
+
+    def flops(self, xs: list[TensorType], out: TensorType) -> int:
+        return 2 * xs[0].size * self.units
+
+    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+        return t.F.linear(xs[0], w[0].t(), w[1])
+
+    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+        return k.layers.Dense(self.units)
+
+    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+        if len(types[0].shape) == 1:
+            return g.op("Gemm", [xs[0], g.const(w[0], "kernel"), g.const(w[1], "bias")])
+        return g.op(
+            "Add", [g.op("MatMul", [xs[0], g.const(w[0], "kernel")]), g.const(w[1], "bias")]
+        )

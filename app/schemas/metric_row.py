@@ -1,0 +1,34 @@
+"""The metrics row, one per epoch: its fields, named once (pure stdlib).
+
+A back-end reports its SCORES for a pass over a split (the epoch's training pass, a validation
+pass); the training loop names each one `score_field(split, score)`, so the training loss is
+`train_loss` from the loop through the table and the API to the client, and adds the epoch's
+own measures. The table's columns, the API's MetricRow, the sink, the live events and the
+sweep objectives take their fields from here; the client, which cannot import the server,
+mirrors ROW_FIELDS in epochal_client.types.MetricRow (tests/app/test_client_unit.py holds
+them equal).
+"""
+
+from __future__ import annotations
+
+SPLITS = ("train", "val")  # the passes of an epoch that are scored
+SCORES = ("loss", "accuracy", "mae")  # what a back-end reports for a pass (loss incl. L2)
+EPOCH_MEASURES = ("learning_rate", "epoch_seconds", "samples_per_second")
+
+
+def score_field(split: str, score: str) -> str:
+    """The name of a split's score: `train_loss`, `val_accuracy` (a row's), `test_mae`."""
+    return f"{split}_{score}"
+
+
+SCORE_FIELDS = tuple(score_field(split, score) for split in SPLITS for score in SCORES)
+# The nullable float columns of a row, in the order the API serves them.
+METRIC_FIELDS = (*SCORE_FIELDS, *EPOCH_MEASURES)
+# A row as the API serves it: its epoch, then its values.
+ROW_FIELDS = ("epoch", *METRIC_FIELDS)
+
+
+def monitored(monitor: str) -> str:
+    """The row field a spec's monitor watches: the spec names a training score bare, as Keras
+    does (`loss`, `accuracy`), and a validation one by its field (`val_loss`)."""
+    return score_field("train", monitor) if monitor in SCORES else monitor

@@ -1,0 +1,80 @@
+"""The job's graph as one nn.Module: a module per node, each asking its op how to compute.
+
+Tensors stay channels last, as the spec writes shapes: an op that needs PyTorch's
+channels-first layout (a convolution, a pool) moves the axis for its own call, so flatten
+orders, shapes and the weights (held in Keras layout, as worker.training.init draws them) are
+the same as in the TensorFlow back-end and model.onnx, with no conversion anywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from app.schemas.graph import INPUT, BuiltGraph, BuiltNode
+
+
+class TorchKit:
+    """What an op's torch_forward gets: the framework and the layout moves."""
+
+    torch = torch
+    F = F
+
+    @staticmethod
+    def channels_first(x: torch.Tensor) -> torch.Tensor:
+        """(N, ..., C) -> (N, C, ...): a view; convolutions take it as channels_last memory."""
+        return x.movedim(-1, 1)
+
+    @staticmethod
+    def channels_last(x: torch.Tensor) -> torch.Tensor:
+        return x.movedim(1, -1)
+
+
+KIT = TorchKit()
+
+
+class OpModule(nn.Module):
+    """One node: its variables (parameters, or buffers for moving statistics) and its op."""
+
+    def __init__(self, node: BuiltNode) -> None:
+        super().__init__()
+        self.op = node.op
+        self.names: list[str] = []
+        for variable in node.variables():
+            tensor = torch.zeros(variable.shape)
+            if variable.trainable:
+                self.register_parameter(variable.name, nn.Parameter(tensor))
+            else:
+                self.register_buffer(variable.name, tensor)
+            self.names.append(variable.name)
+
+    def forward(self, *xs: torch.Tensor) -> Any:
+        weights = [getattr(self, name) for name in self.names]
+        return self.op.torch_forward(KIT, weights, list(xs), self.training)
+
+
+class GraphModule(nn.Module):
+    """The whole graph, head included; takes samples as the data holds them."""
+
+    def __init__(self, graph: BuiltGraph) -> None:
+        super().__init__()
+        self.input_shape = graph.input.shape
+        self.wiring = [(node.name, node.inputs) for node in graph.nodes]
+        self.nodes = nn.ModuleDict({node.name: OpModule(node) for node in graph.nodes})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values = {INPUT: x.reshape(x.shape[0], *self.input_shape)}
+        for name, inputs in self.wiring:
+            values[name] = self.nodes[name](*(values[i] for i in inputs))
+        return values[self.wiring[-1][0]]
+
+    def variables(self) -> list[torch.Tensor]:
+        """Every variable in the graph's order (worker.training.init's and model.onnx's)."""
+        out = []
+        for name, _ in self.wiring:
+            module = self.nodes[name]
+            out += [getattr(module, v) for v in module.names]
+        return out
