@@ -2,7 +2,7 @@
 caller: upload bombs, sweep spaces that cost the server, and a model whose rows cost GFLOPs.
 
 Nothing here holds the expanded data in this process: bombs are streamed through the
-compressor, and the model has few weights however many FLOPs a row costs.
+compressor, and the model has few weights for the FLOPs a row costs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
 
 from app.domain.job_files import JobFiles
 
@@ -143,37 +142,38 @@ def many_choices_sweep(parameters: int = 8, choices: int = 256) -> dict[str, Any
     return {"base": BASE, "parameters": space, "max_trials": 1, "max_parallel": 1}
 
 
-def heavy_conv_model(job_dir: Path, side: int = 256, channels: int = 32) -> int:
-    """A classifier of 64-value rows that upsamples each row to side x side and convolves it
-    twice (3x3, `channels` wide): few weights, ~2 x side^2 x 9 x channels^2 FLOPs a row. Writes
-    model.onnx and model-card.json where the worker puts them; returns those FLOPs."""
+def image_upload(side: int = 32, samples: int = 20) -> bytes:
+    """An .npz of `samples` side x side x 1 uint8 images in two classes (what a CNN reads)."""
+    buffer = io.BytesIO()
+    x = np.random.default_rng(0).integers(0, 256, (samples, side, side, 1), dtype=np.uint8)
+    np.savez(buffer, x=x, y=np.arange(samples) % 2)
+    return buffer.getvalue()
+
+
+def heavy_cnn(dataset_id: str, filters: int = 256, convs: int = 4) -> dict[str, Any]:
+    """A job spec whose CNN keeps each image at full size through `convs` 3x3 convolutions
+    `filters` wide: ~1.8 M parameters, ~3.6 GFLOPs a 32 x 32 row (none pooled away)."""
+    layers = [
+        {"name": f"c{i}", "op": "conv2d", "filters": filters, "kernel_size": 3}
+        for i in range(convs)
+    ] + [{"name": "gap", "op": "global_avg_pool"}]
+    return {**BASE, "dataset": {"id": dataset_id}, "model": {"type": "graph", "layers": layers}}
+
+
+def export_random_weights(job_dir: Path, spec: dict[str, Any], row_shape: tuple[int, ...]) -> None:
+    """model.onnx and model-card.json as the worker writes them for this spec (its exporter,
+    the graph built for the rows), with random weights instead of trained ones."""
+    from app.schemas.job_spec import JobSpec, built_model, model_input
+    from worker.training.onnx_export import build_onnx
+
+    job = JobSpec.model_validate(spec)
+    graph = built_model(job, model_input(job, row_shape), 2)
     rng = np.random.default_rng(0)
-    weights = {
-        "shape": np.array([-1, 1, 8, 8], np.int64),
-        "scales": np.array([1, 1, side / 8, side / 8], np.float32),
-        "w1": rng.normal(0, 0.3, (channels, 1, 3, 3)).astype(np.float32),
-        "w2": rng.normal(0, 0.05, (channels, channels, 3, 3)).astype(np.float32),
-        "w3": rng.normal(0, 0.1, (channels, 10)).astype(np.float32),
-        "b3": np.zeros(10, np.float32),
-    }
-    nodes = [
-        helper.make_node("Reshape", ["input", "shape"], ["image"]),
-        helper.make_node("Resize", ["image", "", "scales"], ["big"], mode="nearest"),
-        helper.make_node("Conv", ["big", "w1"], ["c1"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c1"], ["r1"]),
-        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
-        helper.make_node("GlobalAveragePool", ["c2"], ["pooled"]),
-        helper.make_node("Flatten", ["pooled"], ["flat"]),
-        helper.make_node("Gemm", ["flat", "w3", "b3"], ["logits"]),
+    weights = [
+        rng.normal(0, 0.05, v.shape).astype(np.float32) for n in graph.nodes for v in n.variables()
     ]
-    graph = helper.make_graph(
-        nodes,
-        "heavy-conv",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 64])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
-        [numpy_helper.from_array(v, k) for k, v in weights.items()],
-    )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    one = np.ones(1, np.float32)
+    proto = build_onnx(job, weights, row_shape, 2, one * 255, one * 0)
     files = JobFiles(job_dir)
     files.model_dir.mkdir(parents=True, exist_ok=True)
     files.onnx.write_bytes(proto.SerializeToString())
@@ -181,17 +181,15 @@ def heavy_conv_model(job_dir: Path, side: int = 256, channels: int = 32) -> int:
         "format_version": 1,
         "framework": "pytorch",
         "task": "classification",
-        "input": {"name": "input", "dtype": "float32", "shape": [None, 64]},
-        "output": {"name": "logits", "shape": [None, 10]},
-        "classes": list(range(10)),
+        "input": {"name": "input", "dtype": "float32", "shape": [None, *row_shape]},
+        "output": {"name": "logits", "shape": [None, 2]},
+        "classes": [0, 1],
     }
     files.model_card.write_text(json.dumps(card))
-    pixels = side * side
-    return 2 * pixels * 9 * channels + 2 * pixels * 9 * channels * channels + 2 * channels * 10
 
 
-def npy_rows(rows: int, features: int = 64) -> bytes:
-    """`rows` uint8 rows as an .npy body (64 bytes a row: 126 rows fit in 8 KiB)."""
+def npy_rows(rows: int, row_shape: tuple[int, ...] = (32, 32, 1)) -> bytes:
+    """`rows` uint8 rows as an .npy body (1 KiB a 32 x 32 row: 7 fit in 8 KiB)."""
     buffer = io.BytesIO()
-    np.save(buffer, np.ones((rows, features), np.uint8))
+    np.save(buffer, np.ones((rows, *row_shape), np.uint8))
     return buffer.getvalue()

@@ -19,6 +19,7 @@ from app.domain.datasets import lock_owner
 from app.domain.job_reads import page_query
 from app.domain.keys import caller_of
 from app.domain.paging import encode_cursor
+from app.domain.redact import without_server_paths
 from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, JobTransition, Worker, utcnow
 from app.schemas.job_spec import JobSpec
@@ -169,7 +170,7 @@ def finish_job(
         "status": status,
         "stop_reason": stop_reason,
         "error_code": error_code,
-        "error": error,
+        "error": None if error is None else without_server_paths(error),
         "finished_at": now,
         "updated_at": now,
         "lease_expires_at": None,
@@ -271,7 +272,7 @@ def force_fail_queued(session: Session, job: Job, code: ErrorCode, message: str)
             status=JobStatus.failed,
             stop_reason=StopReason(code),
             error_code=code,
-            error=message,
+            error=without_server_paths(message),
             finished_at=now,
             updated_at=now,
         )

@@ -31,6 +31,7 @@ from app.api.responses import FastJSON
 from app.core.config import get_settings
 from app.domain import crud, datasets, retention
 from app.domain.admission import disk_estimate
+from app.domain.redact import without_server_paths
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
@@ -59,7 +60,7 @@ def public(session: SessionDep, job: Job) -> JobPublic:
         {
             **summary(job).model_dump(),
             "error_code": job.error_code,
-            "error": job.error,
+            "error": job.error and without_server_paths(job.error),  # rows written before §10c
             "result": job.result,
             "spec": job.spec,
             "wait_reason": crud.wait_reason(session, job, 3 * settings.heartbeat_seconds),
