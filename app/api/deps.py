@@ -137,12 +137,19 @@ def check_job_dataset(session: Session, key: Caller, spec: JobSpec) -> None:
         )
 
 
-def check_job_fits(session: Session, spec: JobSpec | SweepSpec) -> None:
+def check_sweep_datasets(session: Session, key: Caller, spec: SweepSpec) -> None:
+    """check_job_dataset for the base and every data set a parameter can name."""
+    check_job_dataset(session, key, spec.base)
+    if errors := datasets.sweep_problems(session, spec, key):
+        raise RequestValidationError(errors)
+
+
+def check_job_fits(session: Session, key: Caller, spec: JobSpec | SweepSpec) -> None:
     """422 naming the fields when a job's estimated memory or disk exceeds any worker's
     (for a sweep: its base, and each parameter's ends on it)."""
     if isinstance(spec, SweepSpec):
-        errors = sweep_admission_errors(session, spec)
+        errors = sweep_admission_errors(session, spec, key)
     else:
-        errors = admission_errors(session, spec)
+        errors = admission_errors(session, spec, key)
     if errors:
         raise RequestValidationError(errors)

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.async_db import DatabaseUnavailable
 from app.core.db import transient
+from app.domain.redact import without_server_paths
 from app.schemas.api import Problem
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,10 @@ def problem(status: int, detail: str, errors: list[dict[str, Any]] | None = None
         "type": "about:blank",
         "title": HTTPStatus(status).phrase,
         "status": status,
-        "detail": detail,
+        "detail": without_server_paths(detail),  # a library's message may hold one
     }
     if errors is not None:
-        body["errors"] = errors
+        body["errors"] = [{**e, "msg": without_server_paths(str(e.get("msg", "")))} for e in errors]
     return JSONResponse(body, status_code=status, media_type=PROBLEM)
 
 

@@ -135,6 +135,14 @@ class Settings(BaseSettings):
     predict_threads: int = Field(
         1, ge=1, le=64, description="Intra-op threads of each session (one suits a small box)."
     )
+    predict_concurrency: int = Field(
+        2, ge=1, le=256, description="Predictions each API process runs at once; then 503."
+    )
+    max_predict_flops: int = Field(
+        20 * 10**9,
+        ge=10**6,
+        description="FLOPs one predict request may cost: rows x the model's FLOPs per row.",
+    )
 
     @model_validator(mode="after")
     def _lease_outlives_heartbeats(self) -> Settings:

@@ -3,6 +3,9 @@
 The limits are EPOCHAL_MAX_JOB_MEMORY_BYTES and what the largest live worker able to take the
 job advertises in its heartbeat (memory, free artifacts disk); with no live worker reporting,
 this host's memory stands in (the embedded default runs both on one box).
+
+An upload's row is read for the caller only (its owner, or an admin), as the data-set check
+reads it, and each row once per request: a sweep's edges share the reads (`Lookups`).
 """
 
 from __future__ import annotations
@@ -26,32 +29,63 @@ from app.domain.cost import (
     itemsize_of,
     memory_fields,
 )
-from app.domain.sweep_space import edge_values, set_path
+from app.domain.datasets import get_visible
+from app.domain.keys import Caller
+from app.domain.sweep_space import set_path, space_edges
 from app.domain.tables import Dataset, Worker, utcnow
 from app.schemas.graph import GraphError
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 
 
-def data_of(session: Session, spec: JobSpec) -> DataShape | None:
-    """What the job loads, from the spec or its upload's row (None: unknown upload)."""
-    known = builtin_data(spec)
-    if known is not None or spec.dataset.id is None:
-        return known
-    row = session.get(Dataset, spec.dataset.id)
-    if row is None:
-        return None
+class Lookups:
+    """The rows admission reads for one caller, each read once: a sweep checks up to a
+    thousand specs, which share a few data sets and GPU counts."""
+
+    def __init__(self, session: Session, key: Caller | None) -> None:
+        self.session, self.key = session, key
+        self._data: dict[str, DataShape | None] = {}
+        self._capacity: dict[int, tuple[int | None, int | None]] = {}
+
+    def data(self, spec: JobSpec) -> DataShape | None:
+        """What the job loads, from the spec or its upload's row (None: no upload this key
+        may use)."""
+        known = builtin_data(spec)
+        dataset_id = spec.dataset.id
+        if known is not None or dataset_id is None:
+            return known
+        if dataset_id not in self._data:
+            row = (  # no key: a job of no owner, stored by the service itself
+                self.session.get(Dataset, dataset_id)
+                if self.key is None
+                else get_visible(self.session, dataset_id, self.key)
+            )
+            self._data[dataset_id] = None if row is None else _shape_of(row)
+        return self._data[dataset_id]
+
+    def capacity(self, gpus: int) -> tuple[int | None, int | None]:
+        if gpus not in self._capacity:
+            self._capacity[gpus] = worker_capacity(self.session, gpus)
+        return self._capacity[gpus]
+
+
+def _shape_of(row: Dataset) -> DataShape:
     outputs = row.classes or 1
     shape = tuple(int(n) for n in row.shape)
     itemsize = itemsize_of(row.dtype)
     return DataShape(row.samples, row.test_samples or 0, shape, itemsize, outputs, row.vocab)
 
 
-def model_summary(session: Session, spec: JobSpec) -> dict[str, Any] | None:
+def data_of(session: Session, spec: JobSpec, key: Caller) -> DataShape | None:
+    """What the job loads, from the spec or its upload's row (None: no upload `key` may use)."""
+    return Lookups(session, key).data(spec)
+
+
+def model_summary(session: Session, spec: JobSpec, key: Caller | None) -> dict[str, Any] | None:
     """The job's built model as the job resource shows it: parameters, FLOPs per sample and
     each layer's output shape and parameters, head included (None while the data is unknown
     or when the model does not fit it)."""
-    data = data_of(session, spec)
+    data = data_of(session, spec, key)
     try:
         return None if data is None else graph_of(spec, data).summary()
     except GraphError:  # the submit checks refuse such a job first; never fail a store for it
@@ -101,19 +135,21 @@ def cost_errors(spec: JobSpec, cost: Cost, capacity: tuple[int | None, int | Non
     return errors
 
 
-def disk_estimate(session: Session, spec: JobSpec) -> int | None:
+def disk_estimate(session: Session, spec: JobSpec, key: Caller) -> int | None:
     """The job's checkpoints and model, estimated (None while its upload is missing)."""
-    data = data_of(session, spec)
+    data = data_of(session, spec, key)
     return None if data is None else estimate(spec, data).disk_bytes
 
 
-def admission_errors(session: Session, spec: JobSpec, where: str = "") -> list[Any]:
+def admission_errors(
+    session: Session, spec: JobSpec, key: Caller, where: str = "", lookups: Lookups | None = None
+) -> list[Any]:
     """Why this job cannot be admitted on cost, as field errors ([] when it fits)."""
-    data = data_of(session, spec)
+    lookups = lookups or Lookups(session, key)
+    data = lookups.data(spec)
     if data is None:
         return []  # the data-set check answers for a missing upload
-    capacity = worker_capacity(session, spec.resources.gpus)
-    errors = cost_errors(spec, estimate(spec, data), capacity)
+    errors = cost_errors(spec, estimate(spec, data), lookups.capacity(spec.resources.gpus))
     return (
         [{**e, "loc": ("body", *where.split("."), *e["loc"][1:])} for e in errors]
         if where
@@ -121,16 +157,19 @@ def admission_errors(session: Session, spec: JobSpec, where: str = "") -> list[A
     )
 
 
-def sweep_admission_errors(session: Session, sweep: SweepSpec) -> list[Any]:
-    """The base must fit, and so must each parameter's ends (each alone, on the base)."""
-    errors = admission_errors(session, sweep.base, "base")
-    if errors:
+def sweep_admission_errors(session: Session, sweep: SweepSpec, key: Caller) -> list[Any]:
+    """The base must fit, and so must each parameter's ends (each alone, on the base): at
+    most MAX_EDGE_VALUES specs, sharing one read of each row."""
+    lookups = Lookups(session, key)
+    errors = admission_errors(session, sweep.base, key, "base", lookups)
+    edges = space_edges(sweep.parameters)
+    if errors or edges is None:  # None: space_errors refused the space already
         return errors
     base = sweep.base.model_dump(mode="json")
-    for path, dist in sweep.parameters.items():
-        for value in edge_values(dist):
+    for path, values in edges.items():
+        for value in values:
             trial = JobSpec.model_validate_json(json.dumps(set_path(base, path, value)))
-            found = admission_errors(session, trial)
+            found = admission_errors(session, trial, key, lookups=lookups)
             if found:
                 msg = f"the value {json.dumps(value)[:80]} makes a job that does not fit: "
                 return [_error(f"parameters.{path}", msg + found[0]["msg"])]

@@ -17,7 +17,9 @@ from sqlalchemy.orm.attributes import set_committed_value
 from app.domain.admission import model_summary
 from app.domain.datasets import lock_owner
 from app.domain.job_reads import page_query
+from app.domain.keys import caller_of
 from app.domain.paging import encode_cursor
+from app.domain.redact import without_server_paths
 from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, JobTransition, Worker, utcnow
 from app.schemas.job_spec import JobSpec
@@ -41,7 +43,9 @@ def create_job(
     model's summary for the data it names."""
     job = Job(
         disk_bytes=disk_bytes,
-        model_summary=model_summary(session, spec),
+        model_summary=model_summary(
+            session, spec, caller_of(session, owner_id) if owner_id else None
+        ),
         owner_id=owner_id,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
@@ -166,7 +170,7 @@ def finish_job(
         "status": status,
         "stop_reason": stop_reason,
         "error_code": error_code,
-        "error": error,
+        "error": None if error is None else without_server_paths(error),
         "finished_at": now,
         "updated_at": now,
         "lease_expires_at": None,
@@ -268,7 +272,7 @@ def force_fail_queued(session: Session, job: Job, code: ErrorCode, message: str)
             status=JobStatus.failed,
             stop_reason=StopReason(code),
             error_code=code,
-            error=message,
+            error=without_server_paths(message),
             finished_at=now,
             updated_at=now,
         )

@@ -1,8 +1,11 @@
-"""Dataset rows: who may see one, which unfinished jobs use it, whether a job's model fits it."""
+"""Dataset rows: who may see one, which unfinished jobs use it, whether a job's model fits it
+(a job's, and every data set a sweep's trials can name)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -10,8 +13,10 @@ from sqlalchemy.orm import Session
 from app.core.config import get_settings
 from app.domain.keys import Caller
 from app.domain.states import ACTIVE, JobStatus
+from app.domain.sweep_space import edge_values, set_path
 from app.domain.tables import ApiKey, Dataset, Job
 from app.schemas.job_spec import JobSpec, check_model_for_data, model_input
+from app.schemas.sweep import SweepSpec
 
 UNFINISHED = (JobStatus.queued, *ACTIVE)
 
@@ -71,6 +76,29 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def sweep_problems(session: Session, sweep: SweepSpec, key: Caller) -> list[dict[str, Any]]:
+    """problem_for_spec for each trial a parameter naming a data set (`dataset`,
+    `dataset.id`) can make: a choice of another key's upload is refused like a base naming
+    it. Field errors, at most one a parameter; the space is checked sound first."""
+    base, errors = sweep.base.model_dump(mode="json"), []
+    for path, dist in sweep.parameters.items():
+        if path not in ("dataset", "dataset.id"):
+            continue
+        for value in edge_values(dist):
+            trial = JobSpec.model_validate_json(json.dumps(set_path(base, path, value)))
+            if (problem := problem_for_spec(session, trial, key)) is not None:
+                msg = f"the value {json.dumps(value)[:80]} names a data set it cannot use: "
+                errors.append(
+                    {
+                        "loc": ("body", "parameters", path),
+                        "msg": msg + problem,
+                        "type": "value_error",
+                    }
+                )
+                break
+    return errors
 
 
 def lock_owner(session: Session, owner_id: str) -> None:

@@ -123,6 +123,12 @@ def verify(session: Session, presented: str) -> ApiKey | None:
     return row if hmac.compare_digest(row.secret_hash, _digest(parts[1])) else None
 
 
+def caller_of(session: Session, key_id: str) -> Caller:
+    """The key as a caller, for work done on its behalf later (a sweep's trials)."""
+    row = session.get(ApiKey, key_id)
+    return Caller(key_id, bool(row is not None and row.is_admin))
+
+
 def list_keys(session: Session) -> Sequence[ApiKey]:
     return session.scalars(select(ApiKey).order_by(ApiKey.created_at)).all()
 

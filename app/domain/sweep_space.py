@@ -4,6 +4,11 @@ values it can take at its edges, and whether every spec the space can produce is
 A range is checked at both ends (and every categorical choice, every value of a short int
 range), alone and in combination with the other parameters' edges, by building the spec and
 validating it exactly as POST /v1/jobs would. The errors name the parameter (422 at submit).
+
+Every check is bounded before it runs (RELIABILITY.md §10b): a grid's size is computed from
+its ranges, never by listing them; at most MAX_EDGE_VALUES specs are checked one parameter at
+a time (a space with more is a 422), and the combinations only when there are at most
+MAX_COMBINATIONS of them.
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from app.schemas.sweep import (
 )
 
 ENUMERATE_INTS = 64  # an int range this short is checked at every value
-MAX_COMBINATIONS = 4096  # beyond this the edges are checked one parameter at a time
+# Specs validated one parameter at a time, over all parameters (~0.1 ms each): a space with
+# more edge values is refused; its short int ranges are then checked at their ends only.
+MAX_EDGE_VALUES = 1024
+MAX_COMBINATIONS = 512  # beyond this the edges are checked one parameter at a time
 GRID_LIMIT = 100_000
 
 
@@ -78,11 +86,9 @@ class PathError(ValueError):
     """A path that indexes past the end of a list, or into something that is not one."""
 
 
-def set_path(spec: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of spec with `value` at the dotted path (missing or null sections made; a number
+def _put(node: Any, path: str, value: Any) -> None:
+    """Set `value` at the dotted path in place (missing or null sections made; a number
     indexes an existing list, else PathError)."""
-    out = copy.deepcopy(dict(spec))
-    node: Any = out
     parts = path.split(".")
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
@@ -96,6 +102,13 @@ def set_path(spec: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
             node[key] = copy.deepcopy(value)
         else:
             node = node[key]
+
+
+def set_path(spec: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of spec with `value` at the dotted path (missing or null sections made; a number
+    indexes an existing list, else PathError)."""
+    out = copy.deepcopy(dict(spec))
+    _put(out, path, value)
     return out
 
 
@@ -126,24 +139,46 @@ def value_at(spec: Mapping[str, Any], path: str) -> Any:
 
 def apply_params(base: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
     """The trial's spec: base with each parameter's value in place (paths sorted: parents first)."""
-    spec = dict(base)
+    spec = copy.deepcopy(dict(base))
     for path in sorted(params):
-        spec = set_path(spec, path, params[path])
+        _put(spec, path, params[path])
     return spec
 
 
-def edge_values(dist: Distribution) -> list[Any]:
-    """The values a range must be valid at: its ends (every value when short), every choice."""
+def edge_values(dist: Distribution, enumerate_ints: bool = True) -> list[Any]:
+    """The values a range must be valid at: its ends (every value when short, unless not
+    `enumerate_ints`), every choice."""
     if isinstance(dist, CategoricalDist):
         return list(dist.choices)
     if isinstance(dist, IntDist):
         values = range(dist.low, dist.top + 1, dist.step)
-        return list(values) if len(values) <= ENUMERATE_INTS else [dist.low, dist.top]
+        short = enumerate_ints and len(values) <= ENUMERATE_INTS
+        return list(values) if short else sorted({dist.low, dist.top})
     return [dist.low, dist.high] if dist.low != dist.high else [dist.low]
 
 
+def space_edges(space: Mapping[str, Distribution]) -> dict[str, list[Any]] | None:
+    """Each parameter's edge values, at most MAX_EDGE_VALUES in all (short int ranges fall
+    back to their ends first); None when even that is too many."""
+    for enumerate_ints in (True, False):
+        edges = {p: edge_values(d, enumerate_ints) for p, d in space.items()}
+        if sum(len(v) for v in edges.values()) <= MAX_EDGE_VALUES:
+            return edges
+    return None
+
+
+def grid_count(dist: Distribution) -> int | None:
+    """How many values a finite range has (computed, never listed), None for a continuous one."""
+    if isinstance(dist, CategoricalDist):
+        return len(dist.choices)
+    if isinstance(dist, IntDist) and not dist.log:
+        return (dist.top - dist.low) // dist.step + 1
+    return None
+
+
 def grid_values(dist: Distribution) -> list[Any] | None:
-    """Every value of a finite range (grid sampling), or None for a continuous one."""
+    """Every value of a finite range (grid sampling; only for a grid checked to be within
+    GRID_LIMIT points), or None for a continuous one."""
     if isinstance(dist, CategoricalDist):
         return list(dist.choices)
     if isinstance(dist, IntDist) and not dist.log:
@@ -191,10 +226,10 @@ def _path_errors(base: dict[str, Any], space: Mapping[str, Distribution]) -> lis
     return errors
 
 
-def _each_alone(base: dict[str, Any], space: Mapping[str, Distribution]) -> list[dict[str, Any]]:
+def _each_alone(base: dict[str, Any], edges: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     errors = []
-    for path, dist in space.items():
-        for value in edge_values(dist):
+    for path, values in edges.items():
+        for value in values:
             why = _invalid(base, {path: value})
             if why is not None:
                 errors.append(
@@ -204,12 +239,11 @@ def _each_alone(base: dict[str, Any], space: Mapping[str, Distribution]) -> list
     return errors
 
 
-def _combined(base: dict[str, Any], space: Mapping[str, Distribution]) -> list[dict[str, Any]]:
-    paths = sorted(space)
-    edges = [edge_values(space[p]) for p in paths]
-    if len(paths) < 2 or _product_size(edges) > MAX_COMBINATIONS:
+def _combined(base: dict[str, Any], edges: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    paths = sorted(edges)
+    if len(paths) < 2 or _product_size([len(edges[p]) for p in paths]) > MAX_COMBINATIONS:
         return []
-    for values in itertools.product(*edges):
+    for values in itertools.product(*(edges[p] for p in paths)):
         params = dict(zip(paths, values, strict=True))
         why = _invalid(base, params)
         if why is not None:
@@ -220,10 +254,13 @@ def _combined(base: dict[str, Any], space: Mapping[str, Distribution]) -> list[d
     return []
 
 
-def _product_size(edges: list[list[Any]]) -> int:
+def _product_size(sizes: list[int], cap: int = GRID_LIMIT) -> int:
+    """The product of `sizes`, or cap + 1 once it passes `cap` (it can be astronomically big)."""
     size = 1
-    for values in edges:
-        size *= len(values)
+    for n in sizes:
+        size *= n
+        if size > cap:
+            return cap + 1
     return size
 
 
@@ -241,11 +278,11 @@ def _grid_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
         return []
     sizes = []
     for path, dist in sweep.parameters.items():
-        values = grid_values(dist)
-        if values is None:
+        count = grid_count(dist)
+        if count is None:
             return [_error(path, "grid sampling needs categorical or int (not log) ranges")]
-        sizes.append(len(values))
-    if _product_size([[0] * n for n in sizes]) > GRID_LIMIT:
+        sizes.append(count)
+    if _product_size(sizes) > GRID_LIMIT:
         return [_error("name", f"the grid has more than {GRID_LIMIT} points", "sampler")]
     return []
 
@@ -255,15 +292,23 @@ def space_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
     unknown = [p for p in sweep.parameters if not path_exists(p)]
     if unknown:
         return [_error(p, f"{p} is not a field of the job spec") for p in unknown]
+    errors = _grid_errors(sweep)  # first: it costs nothing, and bounds what grid_values lists
+    edges = space_edges(sweep.parameters)
+    if edges is None:
+        msg = (
+            f"the space has more than {MAX_EDGE_VALUES} values to check at its edges (every "
+            "categorical choice, each end of every range): use fewer choices or parameters"
+        )
+        return errors + [_error(p, msg) for p in sweep.parameters]
     base = sweep.base.model_dump(mode="json")
     if missing := _path_errors(base, sweep.parameters):
         return missing
-    errors = _each_alone(base, sweep.parameters) + _objective_errors(sweep) + _grid_errors(sweep)
-    return errors or _combined(base, sweep.parameters)
+    errors = _each_alone(base, edges) + _objective_errors(sweep) + errors
+    return errors or _combined(base, edges)
 
 
 def grid_size(sweep: SweepSpec) -> int | None:
-    """How many points a grid sweep has (None for other samplers)."""
+    """How many points a grid sweep has, computed (None for other samplers)."""
     if sweep.sampler.name != "grid":
         return None
-    return _product_size([grid_values(d) or [] for d in sweep.parameters.values()])
+    return _product_size([grid_count(d) or 0 for d in sweep.parameters.values()])

@@ -14,7 +14,6 @@ import csv
 import hashlib
 import io
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -22,25 +21,13 @@ from typing import BinaryIO
 import numpy as np
 
 from app.domain.job_files import upload_path
+from app.domain.upload_rules import ARRAYS, MAX_SAMPLE_DIMS, Plan, UploadError
 from app.schemas.graph.ops.embedding import MAX_VOCAB
 
-ARRAYS = ("x", "y", "x_test", "y_test")
 ZIP_MAGIC = b"PK\x03\x04"
-MAX_CLASSES = 1000  # the bound the job spec puts on synthetic classes
-MAX_SAMPLE_DIMS = 3  # (features,), (H, W) or (H, W, C)
 TOKEN_DTYPE = np.int32  # x of kind tokens, as stored: an embedding's ids
-HEADER_READERS = {
-    (1, 0): np.lib.format.read_array_header_1_0,
-    (2, 0): np.lib.format.read_array_header_2_0,
-}
-
-
-class UploadError(Exception):
-    """The upload is refused; `status` is the HTTP status, the message says why."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.detail = status, detail
+MAX_CLASSES = 1000  # the bound the job spec puts on synthetic classes
+MAX_CSV_HEADER_BYTES = 4 * 2**20
 
 
 @dataclass
@@ -75,72 +62,13 @@ def sniff_format(file: BinaryIO, filename: str) -> str:
     raise UploadError(422, "the file is neither an .npz archive (numpy.savez) nor a .csv file")
 
 
-def _declared(archive: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...], np.dtype]:
-    """Shape and dtype the .npy header promises, read before any array is allocated."""
-    with archive.open(member) as f:
-        version = np.lib.format.read_magic(f)
-        reader = HEADER_READERS.get(version)
-        if reader is None:
-            raise UploadError(422, f"{member}: .npy format version {version} is not supported")
-        shape, _, dtype = reader(f)
-    if dtype.hasobject:
-        raise UploadError(
-            422, f"{member} holds Python objects, which need pickle; upload numeric arrays only"
-        )
-    return tuple(int(n) for n in shape), dtype
-
-
-def stored_itemsize(name: str, dtype: np.dtype, task: str) -> int:
-    """Bytes per value once stored: x as uint8 or float32, y as int64 classes or float32."""
-    if name.startswith("x"):
-        return 1 if dtype == np.uint8 else 4
-    return 4 if task == "regression" else 8
-
-
-def _members(archive: zipfile.ZipFile) -> list[str]:
-    """The archive's .npy members, checked to be x, y[, x_test, y_test]."""
-    members = [i.filename for i in archive.infolist()]
-    names = [m.removesuffix(".npy") for m in members]
-    unknown = sorted(set(names) - set(ARRAYS))
-    if unknown or len(set(names)) != len(members) or not all(m.endswith(".npy") for m in members):
-        raise UploadError(
-            422,
-            f"unexpected entries {unknown or members}; an upload holds the arrays "
-            "x and y, and optionally x_test and y_test",
-        )
-    for required in ("x", "y"):
-        if required not in names:
-            raise UploadError(422, f"the archive has no array {required!r}")
-    if ("x_test" in names) != ("y_test" in names):
-        raise UploadError(422, "x_test and y_test come together: give both or neither")
-    return members
-
-
-def npz_stored_bytes(file: BinaryIO, task: str) -> int:
-    """Bytes the arrays will take once converted and stored, from the .npy headers alone
-    (so a small compressed file that would expand to gigabytes is refused before loading)."""
+def plan_csv(file: BinaryIO) -> Plan:
+    """An upper bound on a CSV's arrays (rows x columns as float32, y as int64), counted by
+    streaming the file before it is parsed."""
     file.seek(0)
-    try:
-        archive = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise UploadError(422, f"not a readable .npz (zip) archive: {exc}") from exc
-    with archive:
-        members = _members(archive)
-        try:
-            declared = {m.removesuffix(".npy"): _declared(archive, m) for m in members}
-        except (ValueError, OSError, zipfile.BadZipFile) as exc:
-            raise UploadError(422, f"not a valid .npz archive: {exc}") from exc
-    return sum(
-        int(np.prod(shape, dtype=np.int64)) * stored_itemsize(name, dtype, task)
-        for name, (shape, dtype) in declared.items()
-    )
-
-
-def csv_stored_bytes(file: BinaryIO) -> int:
-    """An upper bound on the stored arrays of a CSV (rows x columns as float32, y as int64),
-    counted by streaming the file before it is parsed."""
-    file.seek(0)
-    header = file.readline()
+    header = file.readline(MAX_CSV_HEADER_BYTES + 1)
+    if len(header) > MAX_CSV_HEADER_BYTES:
+        raise UploadError(422, f"the CSV header row is over {MAX_CSV_HEADER_BYTES} bytes")
     columns, rows, last = header.count(b",") + 1, 0, b"\n"
     while chunk := file.read(1 << 20):
         rows += chunk.count(b"\n")
@@ -148,26 +76,8 @@ def csv_stored_bytes(file: BinaryIO) -> int:
     if rows == 0 or not last.endswith(b"\n"):
         rows += 1  # the last row needs no newline
     file.seek(0)
-    return rows * (columns * 4 + 8)
-
-
-def read_npz(file: BinaryIO) -> Arrays:
-    """The arrays x, y[, x_test, y_test] of an .npz, loaded with allow_pickle=False (check
-    npz_stored_bytes against the limits first)."""
-    file.seek(0)
-    with zipfile.ZipFile(file) as archive:
-        names = [m.removesuffix(".npy") for m in _members(archive)]
-    return _load_arrays(file, names)
-
-
-def _load_arrays(file: BinaryIO, names: list[str]) -> Arrays:
-    file.seek(0)
-    try:
-        with np.load(file, allow_pickle=False) as npz:
-            loaded = {name: np.asarray(npz[name]) for name in names}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise UploadError(422, f"the .npz archive cannot be read: {exc}") from exc
-    return Arrays(**loaded)
+    size = rows * (columns * 4 + 8)
+    return Plan(size, size)  # parsed straight to float32: loading costs what storing does
 
 
 def read_csv(file: BinaryIO, label_column: str) -> Arrays:
@@ -185,6 +95,8 @@ def read_csv(file: BinaryIO, label_column: str) -> Arrays:
             )
         # float32 straight away: training uses it, and it halves the peak memory.
         data = np.loadtxt(text, delimiter=",", dtype=np.float32, ndmin=2, quotechar='"')
+    except csv.Error as exc:  # a field over csv's limit (128 KiB), a stray quote
+        raise UploadError(422, f"the CSV file cannot be read: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise UploadError(422, f"the CSV file is not UTF-8 text: {exc}") from exc
     except ValueError as exc:
@@ -223,26 +135,6 @@ def _features(a: np.ndarray, name: str) -> np.ndarray:
     return out
 
 
-def _tokens(a: np.ndarray, name: str) -> np.ndarray:
-    """Token ids (samples, steps), whole numbers 0 … MAX_VOCAB - 1, as TOKEN_DTYPE."""
-    if a.dtype.kind not in "iu":
-        raise UploadError(
-            422, f"{name} has dtype {a.dtype}; kind tokens needs integer token ids (.npz)"
-        )
-    if a.ndim != 2 or a.size == 0:
-        raise UploadError(
-            422,
-            f"{name} must have shape (samples, steps) for kind tokens and not be empty; it has "
-            f"shape {a.shape}",
-        )
-    low, high = int(a.min()), int(a.max())
-    if low < 0 or high >= MAX_VOCAB:
-        raise UploadError(
-            422, f"{name} must hold token ids 0 … {MAX_VOCAB - 1}; found {low} … {high}"
-        )
-    return a.astype(TOKEN_DTYPE)
-
-
 def _labels(a: np.ndarray, name: str, task: str, samples: int) -> np.ndarray:
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
@@ -271,6 +163,26 @@ def _labels(a: np.ndarray, name: str, task: str, samples: int) -> np.ndarray:
             f"{name} must hold class indices 0 … {MAX_CLASSES - 1}; found {a.min()} … {a.max()}",
         )
     return a.astype(np.int64)
+
+
+def _tokens(a: np.ndarray, name: str) -> np.ndarray:
+    """Token ids (samples, steps), whole numbers 0 … MAX_VOCAB - 1, as TOKEN_DTYPE."""
+    if a.dtype.kind not in "iu":
+        raise UploadError(
+            422, f"{name} has dtype {a.dtype}; kind tokens needs integer token ids (.npz)"
+        )
+    if a.ndim != 2 or a.size == 0:
+        raise UploadError(
+            422,
+            f"{name} must have shape (samples, steps) for kind tokens and not be empty; it has "
+            f"shape {a.shape}",
+        )
+    low, high = int(a.min()), int(a.max())
+    if low < 0 or high >= MAX_VOCAB:
+        raise UploadError(
+            422, f"{name} must hold token ids 0 … {MAX_VOCAB - 1}; found {low} … {high}"
+        )
+    return a.astype(TOKEN_DTYPE)
 
 
 def validate(arrays: Arrays, task: str, kind: str = "values") -> tuple[Arrays, Summary]:

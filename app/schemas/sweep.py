@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.schemas.job_spec import JobSpec
 from app.schemas.metric_row import SCORES, SPLITS, score_field
@@ -23,6 +23,9 @@ OBJECTIVE_FIELDS = tuple(
 # Dotted field names; a number is a list index (model.layers.3.filters: the fourth node's).
 PARAMETER_PATH = r"^[a-z_][a-z0-9_]*(\.([a-z_][a-z0-9_]*|[0-9]{1,3}))*$"
 MAX_PARAMETERS = 32
+# How deeply a categorical choice may nest: a whole scheduler or a list of widths is 2 or 3
+# levels; copying and encoding a deeper one recursed past Python's limit (a 500).
+MAX_CHOICE_DEPTH = 16
 
 
 class _Sweep(BaseModel):
@@ -83,6 +86,28 @@ class CategoricalDist(_Sweep):
 
     type: Literal["categorical"]
     choices: list[Any] = Field(min_length=1, max_length=256)
+
+    @field_validator("choices")
+    @classmethod
+    def _shallow(cls, choices: list[Any]) -> list[Any]:
+        for number, choice in enumerate(choices):
+            if _nests_deeper(choice, MAX_CHOICE_DEPTH):
+                raise ValueError(f"choice {number} nests deeper than {MAX_CHOICE_DEPTH} levels")
+        return choices
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether a JSON value nests more than `limit` lists or objects deep (walked without
+    recursion, so a deep one cannot overflow the stack here either)."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth >= limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 Distribution = Annotated[
@@ -208,6 +233,9 @@ class SweepSummary(BaseModel):
     trials_launched: int
     max_trials: int
     objective: ObjectiveSpec
+    wait_reason: str | None = Field(
+        None, description="why no trial is queued now though one may be: the key's limits"
+    )
 
 
 class SweepPublic(SweepSummary):

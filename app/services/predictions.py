@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from app.domain.job_files import CARD_FILE, ONNX_FILE, JobFiles
+from app.domain.redact import without_server_paths
 
 
 class NoModel(LookupError):
@@ -63,6 +64,11 @@ def _finite_or_none(values: np.ndarray) -> list[Any]:
     return cells.tolist()  # type: ignore[no-any-return]
 
 
+def _clean(exc: BaseException) -> str:
+    """A library's message for the client: ONNX Runtime's and OSError's name the full path."""
+    return without_server_paths(str(exc))
+
+
 def model_files(job_dir: Path) -> tuple[Path, Path]:
     """A job's model.onnx and model-card.json; NoModel if either is missing or lies outside."""
     root = job_dir.resolve()
@@ -84,7 +90,7 @@ def _read_card(card_path: Path) -> tuple[tuple[int, ...], str, list[Any] | None,
         vocab = card["input"].get("vocab")
         vocab = None if vocab is None else int(vocab)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise NoModel(f"the job's {CARD_FILE} is unreadable: {exc}") from exc
+        raise NoModel(f"the job's {CARD_FILE} is unreadable: {_clean(exc)}") from exc
     return row_shape, task, classes if isinstance(classes, list) else None, vocab
 
 
@@ -101,7 +107,7 @@ def open_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
             str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
     except Exception as exc:  # onnxruntime raises its own types for a bad file
-        raise NoModel(f"the job's {ONNX_FILE} cannot be loaded: {exc}") from exc
+        raise NoModel(f"the job's {ONNX_FILE} cannot be loaded: {_clean(exc)}") from exc
     graph_rows = session.get_inputs()[0].shape[1:]  # ints where fixed, names where not
     if len(graph_rows) != len(row_shape) or any(
         isinstance(d, int) and d != r for d, r in zip(graph_rows, row_shape, strict=False)

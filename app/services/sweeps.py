@@ -27,7 +27,7 @@ from app.domain.sweep_space import apply_params, grid_size
 from app.domain.tables import Job, Sweep, utcnow
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
-from app.services import sweep_study
+from app.services import sweep_study, trial_limits
 from app.services.dispatch import dispatch
 from app.services.queue import queue_for_gpus
 
@@ -93,8 +93,12 @@ def top_up(session: Session, sweep_id: str, publish: bool = True) -> list[Job]:
             by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
             _tell_ended(study, ended, values, by_number)
             asked = _ask(study, spec, jobs, by_number, count)
-        for number, params in asked:
-            launched.append(_store_trial(session, sweep, spec, number, params))
+        specs = [trial_spec(spec, number, params) for number, params in asked]
+        # What passes the owner's limits is stored; the rest stay Optuna's, asked and not
+        # stored, and are launched by a later top-up with the same parameters.
+        disks, sweep.wait_reason = trial_limits.fitting(session, sweep.owner_id, specs)
+        for (number, _), job_spec, disk in zip(asked, specs, disks, strict=False):
+            launched.append(_store_trial(session, sweep, job_spec, number, disk))
         active = [j for j in jobs if j.status not in TERMINAL] + launched
         sweep.status, sweep.updated_at = status, utcnow()
         sweep.trials_launched, sweep.trials_ended = len(jobs) + len(launched), len(ended)
@@ -158,15 +162,23 @@ def _ask(
     return out
 
 
-def _store_trial(
-    session: Session, sweep: Sweep, spec: SweepSpec, number: int, params: dict[str, Any]
-) -> Job:
-    """The trial as an ordinary queued job of the sweep's owner."""
+def trial_spec(spec: SweepSpec, number: int, params: dict[str, Any]) -> JobSpec:
+    """The job spec of trial `number`: the base with its parameters in place."""
     body = apply_params(spec.base.model_dump(mode="json"), params)
     body["name"] = f"{spec.name}-{number}"
-    job_spec = JobSpec.model_validate_json(json.dumps(body))
+    return JobSpec.model_validate_json(json.dumps(body))
+
+
+def _store_trial(
+    session: Session, sweep: Sweep, job_spec: JobSpec, number: int, disk: int | None
+) -> Job:
+    """The trial as an ordinary queued job of the sweep's owner, its files reserved."""
     job = crud.create_job(
-        session, job_spec, queue_for_gpus(job_spec.resources.gpus), owner_id=sweep.owner_id
+        session,
+        job_spec,
+        queue_for_gpus(job_spec.resources.gpus),
+        owner_id=sweep.owner_id,
+        disk_bytes=disk,
     )
     job.sweep_id, job.sweep_trial = sweep.id, number
     session.flush()

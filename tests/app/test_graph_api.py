@@ -16,6 +16,7 @@ from sqlalchemy import update
 from app.core.db import session_scope
 from app.domain.admission import data_of
 from app.domain.cost import DataShape, estimate, graph_of
+from app.domain.keys import Caller
 from app.domain.tables import Job
 from app.schemas.job_spec import JobSpec
 from tests.conftest import make_key
@@ -88,7 +89,7 @@ def test_the_job_resource_carries_its_built_models_summary(client: TestClient) -
 
 def data_of_spec(spec: JobSpec) -> DataShape | None:
     with session_scope() as session:
-        return data_of(session, spec)
+        return data_of(session, spec, Caller("nobody", False))
 
 
 MODELS = [

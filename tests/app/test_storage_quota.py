@@ -15,6 +15,7 @@ from app.core.db import session_scope
 from app.domain import retention
 from app.domain.admission import disk_estimate
 from app.domain.job_files import JobFiles
+from app.domain.keys import Caller
 from app.domain.tables import Job
 from app.schemas.job_spec import JobSpec
 from tests.app.test_datasets import images, npz
@@ -26,7 +27,7 @@ SPEC = {"framework": "pytorch", "dataset": {"name": "digits"}, "model": {"hidden
 @pytest.fixture
 def estimate(db_env: dict[str, str]) -> int:
     with session_scope() as session:
-        found = disk_estimate(session, JobSpec.model_validate(SPEC))
+        found = disk_estimate(session, JobSpec.model_validate(SPEC), Caller("nobody", False))
     assert found is not None and found > 100_000  # two checkpoints and the model, 512 wide
     return found
 

@@ -15,7 +15,7 @@ from fastapi import APIRouter, File, Form, HTTPException, Path, Query, Response,
 
 from app.api.deps import CurrentKey, SessionDep
 from app.core.config import get_settings
-from app.domain import datasets, uploads
+from app.domain import datasets, npz_reader, uploads
 from app.domain.job_files import upload_path
 from app.domain.tables import Dataset
 from app.schemas.ids import ID_MAX_LENGTH, new_id
@@ -44,28 +44,31 @@ def _read(
         raise uploads.UploadError(422, "label_column applies to CSV uploads only")
     if fmt == "csv" and not label_column:
         raise uploads.UploadError(422, "a CSV upload needs label_column: the column holding y")
+    plan = npz_reader.plan_npz(file.file, task) if fmt == "npz" else uploads.plan_csv(file.file)
+    _check_cost(session, key, plan)
     if fmt == "npz":
-        planned = uploads.npz_stored_bytes(file.file, task)
-    else:
-        planned = uploads.csv_stored_bytes(file.file)
-    _check_cost(session, key, planned)
-    if fmt == "npz":
-        return fmt, uploads.read_npz(file.file)
+        return fmt, uploads.Arrays(**npz_reader.read_npz(file.file, plan))
     assert label_column is not None
     return fmt, uploads.read_csv(file.file, label_column)
 
 
-def _check_cost(session: SessionDep, key: CurrentKey, planned: int) -> None:
-    """413 over the per-upload array limit, 507 over the key's storage quota (both named)."""
-    settings = get_settings()
-    limit = settings.max_upload_array_bytes
-    if planned > limit:
+def _check_cost(session: SessionDep, key: CurrentKey, plan: uploads.Plan) -> None:
+    """413 over the per-upload array limit (as sent or once stored), 507 over the key's
+    storage quota (both named)."""
+    limit = get_settings().max_upload_array_bytes
+    if plan.loaded_bytes > limit:
         raise uploads.UploadError(
             413,
-            f"the arrays take {planned} bytes once stored (x as float32 unless uint8); the "
+            f"the arrays take {plan.loaded_bytes} bytes as sent, in their own dtypes; the "
             f"limit is {limit} (EPOCHAL_MAX_UPLOAD_ARRAY_BYTES)",
         )
-    why = datasets.over_quota(session, key.id, planned, "this upload needs")
+    if plan.stored_bytes > limit:
+        raise uploads.UploadError(
+            413,
+            f"the arrays take {plan.stored_bytes} bytes once stored (x as float32 unless "
+            f"uint8); the limit is {limit} (EPOCHAL_MAX_UPLOAD_ARRAY_BYTES)",
+        )
+    why = datasets.over_quota(session, key.id, plan.stored_bytes, "this upload needs")
     session.rollback()  # end the read: no transaction stays open while the file is parsed
     if why is not None:
         raise uploads.UploadError(507, why)

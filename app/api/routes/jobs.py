@@ -31,6 +31,7 @@ from app.api.responses import FastJSON
 from app.core.config import get_settings
 from app.domain import crud, datasets, retention
 from app.domain.admission import disk_estimate
+from app.domain.redact import without_server_paths
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
@@ -59,7 +60,7 @@ def public(session: SessionDep, job: Job) -> JobPublic:
         {
             **summary(job).model_dump(),
             "error_code": job.error_code,
-            "error": job.error,
+            "error": job.error and without_server_paths(job.error),  # rows written before §10c
             "result": job.result,
             "spec": job.spec,
             "wait_reason": crud.wait_reason(session, job, 3 * settings.heartbeat_seconds),
@@ -116,8 +117,8 @@ def _store(
         return None, public(session, earlier)
     _check_quota(session, key)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
-    check_job_fits(session, spec)  # and the job must fit in a worker's memory and disk
-    disk = disk_estimate(session, spec)  # reserved in the key's storage quota until it ran
+    check_job_fits(session, key, spec)  # and the job must fit in a worker's memory and disk
+    disk = disk_estimate(session, spec, key)  # reserved in the key's storage quota until it ran
     if why := datasets.over_quota(session, key.id, disk or 0, "this job's files need"):
         raise HTTPException(507, why)
     try:

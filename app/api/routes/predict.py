@@ -3,13 +3,16 @@ job's exported model.onnx with ONNX Runtime; owner-only like every job route."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from app.api.bounded import WorkBound
 from app.api.deps import JobDep, SessionDep, release_db
 from app.api.errors import PROBLEM, problem
 from app.core.config import get_settings
@@ -17,11 +20,17 @@ from app.domain.job_files import JobFiles
 from app.domain.states import JobStatus
 from app.schemas.api import Problem
 from app.schemas.predictions import PredictionsPublic, PredictRequest
+from app.services.prediction_cost import OverBudget, check_budget, fits_inline, flops_per_row
 from app.services.prediction_inputs import NPY_TYPES, InputError, RowSpec, parse_rows
 from app.services.predictions import LoadedModel, NoModel, SessionCache
 
 router = APIRouter(prefix="/jobs", tags=["predictions"])
-INLINE_BYTES = 8192  # up to this body size a loaded model answers on the event loop
+# A loaded model answers on the event loop up to this body size and this cost (~a ms); the
+# rest runs in the thread pool, at most EPOCHAL_PREDICT_CONCURRENCY at once per process: a
+# CNN inside the parameter limit can cost GFLOPs a row (RELIABILITY.md §10d).
+INLINE_BYTES = 8192
+INLINE_FLOPS = 5 * 10**6
+PREDICTIONS = WorkBound("predictions", lambda: get_settings().predict_concurrency, 1.0)
 
 _BODY: dict[str, Any] = {
     "requestBody": {
@@ -56,14 +65,22 @@ def sessions(request: Request) -> SessionCache:
     response_model=PredictionsPublic,
     response_model_exclude_none=True,
     responses={
-        409: _documented("the job has not succeeded, or has no exported model.onnx"),
-        422: _documented("inputs of the wrong shape or type, or not finite; says the shape"),
+        409: _documented(
+            "the job has not succeeded, has no model.onnx, or one row costs more "
+            "than EPOCHAL_MAX_PREDICT_FLOPS"
+        ),
+        422: _documented(
+            "inputs of the wrong shape or type, not finite, or more rows than "
+            "the FLOP budget allows; says the shape or how many rows fit"
+        ),
+        503: _documented("this process runs EPOCHAL_PREDICT_CONCURRENCY predictions already"),
     },
     openapi_extra=_BODY,
 )
 async def predict(request: Request, session: SessionDep, job: JobDep) -> JSONResponse:
-    """Predict up to EPOCHAL_MAX_PREDICT_ROWS raw rows: JSON `{"inputs": ...}` or an .npy body."""
-    job_id, status = job.id, job.status
+    """Predict up to EPOCHAL_MAX_PREDICT_ROWS raw rows: JSON `{"inputs": ...}` or an .npy body,
+    within EPOCHAL_MAX_PREDICT_FLOPS a request."""
+    job_id, status, costing = job.id, job.status, Costing(job.model_summary, job.spec)
     await release_db(session)  # inference needs no database: give the slot back now
     if status != JobStatus.succeeded:
         raise HTTPException(409, f"job {job_id} is {status}: only a succeeded job predicts")
@@ -71,29 +88,59 @@ async def predict(request: Request, session: SessionDep, job: JobDep) -> JSONRes
     content_type = request.headers.get("content-type", "")
     cache, job_dir = sessions(request), _job_dir(job_id)
     loaded = cache.cached(job_id, job_dir) if len(body) <= INLINE_BYTES else None
-    if loaded is not None:  # a few rows on a loaded model: less work than a hop to a thread
-        return _answer(loaded, body, content_type)
-    return await run_in_threadpool(_load_and_answer, cache, job_id, body, content_type)
+    if loaded is not None:  # a few cheap rows on a loaded model: less work than a thread hop
+        batch = _batch(loaded, body, content_type)
+        if isinstance(batch, JSONResponse):
+            return batch
+        if fits_inline(len(batch), costing.per_row(loaded), INLINE_FLOPS):
+            return JSONResponse(loaded.predict(batch))
+    work = partial(_load_and_answer, cache, job_id, body, content_type, costing)
+    return await PREDICTIONS.run(work)
+
+
+@dataclass(frozen=True)
+class Costing:
+    """What pricing a request needs of the job's row (read before its DB slot is released)."""
+
+    summary: dict[str, Any] | None
+    spec: dict[str, Any]
+
+    def per_row(self, model: LoadedModel) -> int | None:
+        outputs = len(model.classes) if model.classes else 1
+        return flops_per_row(self.summary, self.spec, model.row_shape, outputs)
 
 
 def _load_and_answer(
-    cache: SessionCache, job_id: str, body: bytes, content_type: str
+    cache: SessionCache, job_id: str, body: bytes, content_type: str, costing: Costing
 ) -> JSONResponse:
     try:
         model = cache.get(job_id, _job_dir(job_id))
     except NoModel as exc:
         raise HTTPException(409, f"job {job_id} cannot predict: {exc}") from None
-    return _answer(model, body, content_type)
+    batch = _batch(model, body, content_type)
+    if isinstance(batch, JSONResponse):
+        return batch
+    try:
+        check_budget(len(batch), costing.per_row(model))
+    except OverBudget as exc:
+        if not exc.rows_that_fit:
+            raise HTTPException(409, f"job {job_id} cannot predict: {exc}") from None
+        return _invalid_inputs(str(exc))
+    return JSONResponse(model.predict(batch))
 
 
-def _answer(model: LoadedModel, body: bytes, content_type: str) -> JSONResponse:
+def _batch(model: LoadedModel, body: bytes, content_type: str) -> np.ndarray | JSONResponse:
+    """The request's rows for this model, or the 422 saying what is wrong with them."""
     spec = RowSpec(model.row_shape, get_settings().max_predict_rows, model.vocab)
     try:
-        batch = parse_rows(body, content_type, spec)
+        return parse_rows(body, content_type, spec)
     except InputError as exc:
-        field = {"loc": ["body", "inputs"], "field": "inputs", "type": "value_error"}
-        return problem(422, str(exc), [{**field, "msg": str(exc)}])
-    return JSONResponse(model.predict(batch))
+        return _invalid_inputs(str(exc))
+
+
+def _invalid_inputs(message: str) -> JSONResponse:
+    field = {"loc": ["body", "inputs"], "field": "inputs", "type": "value_error"}
+    return problem(422, message, [{**field, "msg": message}])
 
 
 def _job_dir(job_id: str) -> Path:

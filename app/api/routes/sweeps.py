@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
+from app.api.bounded import WorkBound
 from app.api.deps import (
     CurrentKey,
     SessionDep,
-    check_job_dataset,
     check_job_fits,
+    check_sweep_datasets,
     owner_filter,
     release_db,
 )
@@ -61,6 +63,7 @@ def summary(sweep: Sweep) -> SweepSummary:
         trials_launched=sweep.trials_launched,
         max_trials=controller.trial_limit(spec),
         objective=spec.objective,
+        wait_reason=sweep.wait_reason if sweep.finished_at is None else None,
     )
 
 
@@ -111,22 +114,27 @@ def public(session: SessionDep, sweep: Sweep) -> SweepPublic:
     )
 
 
+# Checking a space validates up to ~2,500 specs (RELIABILITY.md §10b): off the event loop, and
+# at most this many submits at once per process, so their threads cannot crowd the loop's out.
+SUBMITS = WorkBound("sweep submits", 2, 5.0)
+
+
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic)
 async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> SweepPublic:
     """Submit a sweep; a space that can make a job the schema rejects is a 422 naming it."""
-    errors = space_errors(spec)
-    if errors:
-        raise RequestValidationError(errors)
-    body, trials = await run_in_threadpool(_store, session, key, spec)
+    body, trials = await SUBMITS.run(partial(_store, session, key, spec))
     await release_db(session)  # no DB slot held while the broker retries (like a job submit)
     await run_in_threadpool(dispatch_new, trials)
     return body
 
 
 def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[SweepPublic, list[Job]]:
-    """The sweep and its first trials, committed: its body, and the trials to publish."""
-    check_job_dataset(session, key, spec.base)
-    check_job_fits(session, spec)
+    """The space checked, then the sweep and its first trials, committed: its body, and the
+    trials to publish (none while its owner's limits are reached: it waits)."""
+    if errors := space_errors(spec):
+        raise RequestValidationError(errors)
+    check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
+    check_job_fits(session, key, spec)
     sweep, trials = controller.submit(session, spec, key.id)
     return public(session, sweep), trials
 

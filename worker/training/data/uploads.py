@@ -24,8 +24,8 @@ def load_upload(dataset_id: str, data_dir: Path) -> RawData:
     path = upload_path(data_dir, dataset_id)
     if not path.is_file():
         raise DataError(
-            f"uploaded data set {dataset_id} is not in {path.parent}: it was deleted, or this "
-            "worker does not share the API's data directory (EPOCHAL_DATA_DIR)"
+            f"uploaded data set {dataset_id} is not in this worker's data directory: it was "
+            "deleted, or this worker does not share the API's (EPOCHAL_DATA_DIR)"
         )
     try:
         with np.load(path, allow_pickle=False) as npz:
