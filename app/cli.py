@@ -3,24 +3,27 @@ holds the rest and finds these through the `epochal.commands` entry point (`regi
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from app.core.banner import Banner
+from app.core.children import (
+    STOP_GRACE_SECONDS,
+    Children,
+    StopRequest,
+    become_subreaper,
+    stale,
+    stale_message,
+)
 from app.core.config import get_settings
 
 cli = typer.Typer(help="epochal: a REST training-job service.", no_args_is_help=True)
 keys = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 cli.add_typer(keys, name="keys")
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each stops `epochal up`
-STOP_GRACE_SECONDS = 20.0  # from SIGTERM to the API and worker until their groups are killed
 
 
 def alembic_config():  # type: ignore[no-untyped-def]
@@ -190,77 +193,31 @@ def ensure_admin_key() -> str:
 @cli.command()
 def up() -> None:
     """Migrate, then run the API and one worker until Ctrl-C, SIGTERM or SIGHUP."""
-    _stop_on_signals()
+    stop = StopRequest()
+    stop.install()
+    become_subreaper()
     settings = get_settings()
+    if found := stale(settings.up_pids_file):
+        typer.echo(stale_message(found, settings.up_pids_file), err=True)
+        raise typer.Exit(1)
     migrate("head")
-    ensure_admin_key()
+    key = ensure_admin_key()
     env = {**os.environ, "EPOCHAL_HOME": str(settings.resolved_home)}
     # Sessions of their own: a closed terminal's SIGHUP (a restart, for Celery) or a Ctrl-C
     # reaches `up` alone, which stops the two in order and can kill each group as one.
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "app.cli", verb], env=env, start_new_session=True)
-        for verb in ("api", "worker")
-    ]
-    url = f"http://{settings.host}:{settings.port}"
-    typer.echo(_banner(url, settings.resolved_api_key_file))
-    _wait_for_either(*procs)
-
-
-def _banner(url: str, key_file: Path) -> str:
-    body = '{"framework":"pytorch","dataset":{"name":"digits"},"training":{"epochs":5}}'
-    auth = f'-H "Authorization: Bearer $(cat {key_file})"'
-    return (
-        f"\nepochal is starting on {url}  (API docs: {url}/docs)\n"
-        f"The admin API key is in {key_file} (mode 0600).\n"
-        f"Submit a job:\n  curl -s -X POST {url}/v1/jobs {auth} "
-        f"-H 'Content-Type: application/json' -d '{body}'\n"
-        f"Then poll:\n  curl -s {auth} {url}/v1/jobs/JOB_ID\n"
-        f"  curl -s {auth} {url}/v1/jobs/JOB_ID/metrics\n"
-        "Ctrl-C stops the API and the worker.\n"
-    )
-
-
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _stop_on_signals() -> None:
-    """SIGTERM and SIGHUP (systemd, docker stop, a closed terminal) stop `up` as Ctrl-C does.
-
-    SIGINT is set too: a shell starts a background job with SIGINT ignored, and Python then
-    installs no Ctrl-C handler of its own.
-    """
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _interrupt)
-
-
-def _wait_for_either(*procs: subprocess.Popen[bytes]) -> None:
+    children = Children(settings.up_pids_file, stop)
     try:
-        while all(p.poll() is None for p in procs):
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
+        for verb in ("api", "worker"):
+            children.start(verb, [sys.executable, "-m", "app.cli", verb], env)
+        children.wait(Banner(settings, key).tick)
+        if stop.requested:
+            typer.echo(f"epochal up: stopping the API and the worker ({_grace()})", err=True)
     finally:
-        for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut the stopping short
-            signal.signal(signum, signal.SIG_IGN)
-        _stop(procs)
+        children.stop_all()
 
 
-def _stop(procs: tuple[subprocess.Popen[bytes], ...]) -> None:
-    """SIGTERM each (the worker re-queues a running job from its checkpoint), then SIGKILL
-    the process group of any still running after STOP_GRACE_SECONDS."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)  # the leader only: Celery's pool children obey it
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for p in procs:
-        try:
-            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            # Training children die with their supervisor (PR_SET_PDEATHSIG).
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+def _grace() -> str:
+    return f"at most {STOP_GRACE_SECONDS:.0f} s"
 
 
 def register(target: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from app.api import errors
+from app.api import errors, openapi
 from app.api.body_limit import BodySizeLimit
 from app.api.clean_url import CleanUrl
 from app.api.deps import current_key
@@ -47,7 +47,7 @@ async def lifespan(_: FastAPI) -> AsyncIterator[None]:
 def create_app() -> FastAPI:
     settings = get_settings()
     app = FastAPI(
-        title="epochal",
+        title=openapi.TITLE,
         version="1",
         description="Submit typed training jobs; a GPU worker trains them; poll per-epoch metrics.",
         lifespan=lifespan,
@@ -75,6 +75,7 @@ def create_app() -> FastAPI:
     app.include_router(health.router)
     app.include_router(prometheus.router)
     ui.install(app)
+    openapi.install(app)
     return app
 
 

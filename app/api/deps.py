@@ -8,7 +8,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path
+from fastapi import Depends, HTTPException, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -24,7 +24,12 @@ from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 
-bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="An API key, `Authorization: Bearer ep_…`: `epochal keys create NAME`, or the "
+    "admin key `epochal up` writes to `$EPOCHAL_HOME/api-key`.",
+)
 
 
 async def get_db() -> AsyncIterator[Session]:
@@ -75,29 +80,44 @@ SessionDep = Annotated[Session, Depends(get_db)]
 
 
 async def current_key(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
-    """The caller's live API key; 401 without one (missing, unknown or revoked).
+    """The caller's live API key; 401 without one, saying which of three things is wrong: no
+    key sent, a malformed header or key, or a key that is unknown or revoked (never which).
 
     On the event loop: the key's row comes from the in-process cache (app.domain.keys), read
     from the database on a thread only when it is not there or is older than a second.
     """
     parts = split(credentials.credentials) if credentials else None
-    caller = None
-    if parts is not None:
-        key_id, secret = parts
-        row = KEYS.get(key_id)
-        if row is None:
-            found = await fetch(KEY_ROW, {"key_id": key_id})
-            row = KEYS.store(key_id, found[0] if found else None)
-        caller = row.check(key_id, secret) if row is not None else None
+    if parts is None:
+        raise unauthorized(_unusable(request.headers.get("authorization")))
+    key_id, secret = parts
+    row = KEYS.get(key_id)
+    if row is None:
+        found = await fetch(KEY_ROW, {"key_id": key_id})
+        row = KEYS.store(key_id, found[0] if found else None)
+    caller = row.check(key_id, secret) if row is not None else None
     if caller is None:
-        raise HTTPException(
-            status_code=401,
-            detail="a valid API key is required: Authorization: Bearer <key>",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise unauthorized(f"unknown or revoked API key; {KEY_HELP}")
     return caller
+
+
+KEY_HELP = "create one with `epochal keys create NAME` (make run writes $EPOCHAL_HOME/api-key)"
+
+
+def _unusable(header: str | None) -> str:
+    """Why an Authorization header (or its absence) holds no key to look up."""
+    if header is None or not header.strip():
+        return f"no API key sent: send the header Authorization: Bearer <key>; {KEY_HELP}"
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return "malformed Authorization header: expected `Bearer <key>`"
+    return "malformed API key: epochal keys look like ep_<12 hex digits>_<secret>"
+
+
+def unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
 CurrentKey = Annotated[Caller, Depends(current_key)]

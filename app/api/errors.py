@@ -17,7 +17,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.core.async_db import DatabaseUnavailable
 from app.core.db import transient
 from app.domain.redact import without_server_paths
-from app.schemas.api import Problem
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
@@ -100,17 +99,15 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return problem(500, "internal error; the server log has the details")
 
 
-def _documented(when: str) -> dict[str, Any]:
-    return {"model": Problem, "description": when, "content": {PROBLEM: {}}}
+def documented(when: str) -> dict[str, Any]:
+    """An error answer in a route's `responses`; app.api.openapi gives it the Problem body."""
+    return {"description": when}
 
 
-# Shown on every /v1 route in OpenAPI: the errors any of them can answer with.
+# Shown on every /v1 route in OpenAPI; app.api.openapi adds 404, 413 and 422 where they apply.
 V1_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: _documented("no, unknown or revoked API key"),
-    404: _documented("no such resource, or not yours"),
-    413: _documented("request body too large"),
-    422: _documented("invalid input; `errors` names each field"),
-    503: _documented("the database is unavailable for now; retry after `Retry-After` seconds"),
+    401: documented("no API key sent, a malformed one, or an unknown or revoked key"),
+    503: documented("the database is unavailable for now; retry after `Retry-After` seconds"),
 }
 
 

@@ -191,6 +191,11 @@ class Settings(BaseSettings):
     def resolved_api_key_file(self) -> Path:
         return (self.api_key_file or self.resolved_home / "api-key").expanduser().resolve()
 
+    @property
+    def up_pids_file(self) -> Path:
+        """Where `epochal up` records the processes it started (app.core.children)."""
+        return self.resolved_home / "up.pids.json"
+
 
 @lru_cache
 def get_settings() -> Settings:

@@ -7,14 +7,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from app.schemas.job_spec import Framework
 from app.schemas.metric_row import METRIC_FIELDS
 
 
 class TransitionPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
-    from_status: str | None
-    to_status: str
+    from_status: str | None = Field(description="a JobStatus (null for the first)")
+    to_status: str = Field(description="a JobStatus")
     reason: str
     attempt: int
     at: datetime
@@ -50,15 +51,9 @@ class JobPublic(BaseModel):
 
     id: str
     name: str
-    framework: str
-    status: str = Field(
-        description="queued | running | cancelling | succeeded | failed | cancelled"
-    )
-    stop_reason: str | None = Field(
-        None,
-        description="completed | early_stopping | cancelled | timeout | error | "
-        "non_finite_loss | worker_lost | queue_timeout | pruned | disk_full",
-    )
+    framework: Framework
+    status: str = Field(description="a JobStatus: where the job is in its life")
+    stop_reason: str | None = Field(None, description="a StopReason: why training stopped")
     attempt: int
     epochs: int = Field(description="epochs the spec asks for")
     current_epoch: int
@@ -83,9 +78,9 @@ class JobSummary(BaseModel):
 
     id: str
     name: str
-    framework: str
-    status: str
-    stop_reason: str | None
+    framework: Framework
+    status: str = Field(description="a JobStatus")
+    stop_reason: str | None = Field(description="a StopReason")
     attempt: int
     epochs: int
     current_epoch: int
@@ -119,11 +114,20 @@ class MetricsPublic(BaseModel):
     items: list[MetricRow]
 
 
+class FieldError(BaseModel):
+    """One offending field of a 422."""
+
+    loc: list[str] = Field(description="where: body, query, path or header, then the path")
+    field: str = Field(description="the dotted field (`training.epochs`), or `body`")
+    msg: str = Field(description="what is wrong with it")
+    type: str = Field(description="the error's kind, e.g. greater_than_equal or json_invalid")
+
+
 class Problem(BaseModel):
-    """An error (application/problem+json)."""
+    """An error (application/problem+json, RFC 9457)."""
 
     type: str = "about:blank"
-    title: str
+    title: str = Field(description="the status's phrase, e.g. Not Found")
     status: int
-    detail: str
-    errors: list[dict[str, Any]] | None = None
+    detail: str = Field(description="what went wrong, for people")
+    errors: list[FieldError] | None = Field(None, description="422 only: each field")

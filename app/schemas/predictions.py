@@ -11,8 +11,9 @@ class PredictRequest(BaseModel):
     """Raw rows in the shape of the model card's input (pixels 0..255, digits 0..16, …)."""
 
     inputs: list[Any] = Field(
-        description="rows, each in the model card's row shape (e.g. [[...64 numbers...], ...] "
-        "for digits, [[[...28...] x 28], ...] for Fashion-MNIST); or send an .npy body",
+        description="rows, each in the model card's row shape: 8 rows of 8 values 0..16 for "
+        "digits ([[[0, 0, 5, 13, 9, 1, 0, 0], … 8 rows], …]), 28 rows of 28 pixels 0..255 "
+        "for (Fashion-)MNIST, an upload's x.shape[1:]; or send an .npy body",
         min_length=1,
     )
 

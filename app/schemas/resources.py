@@ -61,6 +61,14 @@ class ArtifactsPublic(BaseModel):
     outputs: int | None = Field(None, description="classes, or 1 for regression")
 
 
+class Readiness(BaseModel):
+    """GET /readyz: the process can serve (both ok), or which dependency it cannot reach."""
+
+    status: Literal["ok", "unavailable"]
+    database: Literal["ok", "unreachable"] | None = None
+    broker: Literal["ok", "unreachable"] | None = None
+
+
 class DevicePublic(BaseModel):
     id: str = Field(description="the id the worker was given (EPOCHAL_WORKER_GPUS)")
     name: str | None = Field(None, description="from nvidia-smi, when it is installed")

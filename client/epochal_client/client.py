@@ -49,20 +49,41 @@ __all__ = [
     "parse_sse",
 ]
 
-DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 FollowMode = Literal["auto", "sse", "poll"]
 
 
-def default_api_key() -> str | None:
-    """EPOCHAL_API_KEY, else the key file `epochal up` writes (as app.core.config resolves it)."""
-    if key := os.environ.get("EPOCHAL_API_KEY"):
-        return key.strip()
-    home = Path(os.environ.get("EPOCHAL_HOME", ".epochal"))
-    path = Path(os.environ.get("EPOCHAL_API_KEY_FILE") or home / "api-key").expanduser()
+def default_url() -> str:
+    """EPOCHAL_URL, else the local service on EPOCHAL_PORT (the port `epochal up` serves on)."""
+    if url := os.environ.get("EPOCHAL_URL"):
+        return url
+    return f"http://{DEFAULT_HOST}:{os.environ.get('EPOCHAL_PORT') or DEFAULT_PORT}"
+
+
+def key_file() -> Path:
+    """EPOCHAL_API_KEY_FILE, else $EPOCHAL_HOME/api-key (as app.core.config resolves it; the
+    home defaults to .epochal in the current directory)."""
+    home = Path(os.environ.get("EPOCHAL_HOME") or ".epochal")
+    return Path(os.environ.get("EPOCHAL_API_KEY_FILE") or home / "api-key").expanduser().absolute()
+
+
+def find_api_key() -> tuple[str | None, str]:
+    """The key to send and where it came from: EPOCHAL_API_KEY, else the key file."""
+    if key := os.environ.get("EPOCHAL_API_KEY", "").strip():
+        return key, "EPOCHAL_API_KEY"
+    path = key_file()
     try:
-        return path.read_text().strip() or None
+        key = path.read_text().strip()
     except OSError:
-        return None
+        key = ""
+    if key:
+        return key, f"the key file {path}"
+    return None, f"EPOCHAL_API_KEY is unset and there is no key file {path}"
+
+
+def default_api_key() -> str | None:
+    """EPOCHAL_API_KEY, else the key file `epochal up` writes (see find_api_key)."""
+    return find_api_key()[0]
 
 
 class Client(SweepMethods):
@@ -76,9 +97,13 @@ class Client(SweepMethods):
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.url = (url or os.environ.get("EPOCHAL_URL") or DEFAULT_URL).rstrip("/")
-        key = api_key if api_key is not None else default_api_key()
+        self.url = (url or default_url()).rstrip("/")
+        if api_key is not None:  # "" sends no key at all
+            key, self.key_source = api_key or None, "the api_key given to Client()"
+        else:
+            key, self.key_source = find_api_key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._sent_key = bool(key)
         self._http = httpx.Client(
             base_url=self.url, headers=headers, timeout=timeout, transport=transport
         )
@@ -98,8 +123,23 @@ class Client(SweepMethods):
         except httpx.TransportError as exc:
             raise ApiError.unreachable(self.url, exc) from exc
         if response.status_code >= 400:
-            raise ApiError.from_response(response)
+            raise self._error(response)
         return response
+
+    def _error(self, response: httpx.Response) -> ApiError:
+        """The answer as an ApiError; a 401 also says which key was sent, from where."""
+        error = ApiError.from_response(response)
+        if response.status_code == 401:
+            error.add_hint(self._key_hint())
+        return error
+
+    def _key_hint(self) -> str:
+        if not self._sent_key:
+            return (
+                f"no key was sent: {self.key_source}; set EPOCHAL_API_KEY, or EPOCHAL_HOME to "
+                "the directory holding api-key (`epochal up` prints it)"
+            )
+        return f"the key sent came from {self.key_source}; set EPOCHAL_API_KEY to a live key"
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._request(method, path, **kwargs).json()
@@ -207,7 +247,7 @@ class Client(SweepMethods):
                 ) as response:
                     if response.status_code >= 400:
                         response.read()
-                        raise ApiError.from_response(response)
+                        raise self._error(response)
                     for event in parse_sse(response.iter_lines()):
                         failures, last_id = 0, event.id or last_id
                         yield event
@@ -278,7 +318,7 @@ class Client(SweepMethods):
             with self._http.stream("GET", url) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise ApiError.from_response(response)
+                    raise self._error(response)
                 if target.is_dir():
                     target = target / _filename(response, f"{job_id}-model")
                 _save(response, target)

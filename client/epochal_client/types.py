@@ -32,6 +32,12 @@ class ApiError(Exception):
         super().__init__(f"{status} {title}: {detail}" if status else f"{title}: {detail}")
         self.status, self.title, self.detail = status, title, detail
         self.errors, self.type = errors or [], type
+        self.hint: str | None = None
+
+    def add_hint(self, hint: str) -> None:
+        """What the client knows about the cause (for a 401: which key it sent, from where)."""
+        self.hint = hint
+        self.args = (f"{self.args[0]}\n{hint}",)
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> ApiError:

@@ -168,3 +168,56 @@ def test_admin_key_bootstrap_reuses_a_live_key_and_replaces_a_revoked_one(
         row = verify(session, second)
         assert row is not None and row.is_admin
         assert verify(session, first) is None
+
+
+def test_a_401_says_what_is_wrong_without_saying_which_keys_exist(
+    app_client: TestClient,
+) -> None:
+    def detail(headers: dict[str, str]) -> str:
+        response = app_client.get("/v1/jobs", headers=headers)
+        assert response.status_code == 401
+        return str(response.json()["detail"])
+
+    assert detail({}).startswith("no API key sent: send the header Authorization: Bearer <key>")
+    assert "epochal keys create" in detail({})
+    for header in ("Basic eA==", "Bearer", "Bearer   ", "Token abc"):
+        got = detail({"Authorization": header})
+        assert got == "malformed Authorization header: expected `Bearer <key>`", header
+    assert detail(auth("garbage")).startswith("malformed API key: epochal keys look like ep_")
+    revoked = make_key("gone")
+    with session_scope() as session:
+        assert revoke(session, revoked.split("_")[1])
+    live = make_key("live")
+    wrong_secret = live.rsplit("_", 1)[0] + "_not-the-secret"
+    answers = {detail(auth(k)) for k in ("ep_000000000000_none", revoked, wrong_secret)}
+    assert len(answers) == 1  # unknown, revoked and a wrong secret read the same
+    assert answers.pop().startswith("unknown or revoked API key; create one with")
+
+
+def test_the_clients_401_names_the_key_it_sent_or_the_file_it_tried(
+    app_client: TestClient, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epochal_client.client import ApiError, Client
+
+    for name in ("EPOCHAL_API_KEY", "EPOCHAL_API_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("EPOCHAL_HOME", str(tmp_path / "elsewhere"))
+    key_file = tmp_path / "elsewhere" / "api-key"
+
+    def refusal() -> str:
+        with Client("http://testserver", transport=app_client._transport) as client:
+            with pytest.raises(ApiError) as caught:
+                client.list()
+        assert caught.value.status == 401
+        return str(caught.value)
+
+    told = refusal()
+    assert "no API key sent" in told and f"there is no key file {key_file}" in told
+    assert "set EPOCHAL_API_KEY, or EPOCHAL_HOME" in told
+    key_file.parent.mkdir()
+    key_file.write_text("ep_000000000000_stale\n")
+    told = refusal()
+    assert "unknown or revoked API key" in told
+    assert f"the key sent came from the key file {key_file}" in told
+    monkeypatch.setenv("EPOCHAL_API_KEY", "ep_000000000000_other")
+    assert "the key sent came from EPOCHAL_API_KEY" in refusal()

@@ -71,7 +71,7 @@ def test_parse_sse_follows_the_event_stream_rules() -> None:
 def test_key_comes_from_env_then_the_key_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("EPOCHAL_API_KEY", "EPOCHAL_API_KEY_FILE", "EPOCHAL_URL"):
+    for name in ("EPOCHAL_API_KEY", "EPOCHAL_API_KEY_FILE", "EPOCHAL_URL", "EPOCHAL_PORT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("EPOCHAL_HOME", str(tmp_path))
     assert default_api_key() is None
@@ -81,6 +81,18 @@ def test_key_comes_from_env_then_the_key_file(
     with Client() as client:
         assert client.url == "http://127.0.0.1:8000"
         assert client._http.headers["Authorization"] == "Bearer ep_fromenv"
+
+
+def test_the_url_is_epochal_url_else_the_local_port_epochal_up_serves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("EPOCHAL_URL", raising=False)
+    monkeypatch.setenv("EPOCHAL_PORT", "9123")  # as `EPOCHAL_PORT=9123 make run` serves
+    with Client(api_key="") as client:
+        assert client.url == "http://127.0.0.1:9123"
+    monkeypatch.setenv("EPOCHAL_URL", "http://gpu-box:8000/")
+    with Client(api_key="") as client:
+        assert client.url == "http://gpu-box:8000"
 
 
 def test_load_spec_reads_yaml_and_applies_overrides(tmp_path: Path) -> None:

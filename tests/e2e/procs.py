@@ -52,3 +52,20 @@ def training_processes_of(home: Path) -> list[int]:
             if environ & homes and alive(int(entry.name)):
                 found.append(int(entry.name))
     return found
+
+
+def processes_of(home: Path) -> dict[int, str]:
+    """Every live process (API, Celery, training) whose environment says EPOCHAL_HOME=home,
+    with its command line: what a service on that home started, wherever it was re-parented."""
+    homes = {f"EPOCHAL_HOME={home}".encode(), f"EPOCHAL_HOME={home.resolve()}".encode()}
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if environ & homes and alive(int(entry.name)):
+            found[int(entry.name)] = cmdline(int(entry.name))
+    return found

@@ -21,7 +21,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.procs import alive, cmdline, parent_of, training_children, training_processes_of
+from tests.e2e.procs import (
+    alive,
+    cmdline,
+    parent_of,
+    processes_of,
+    training_children,
+    training_processes_of,
+)
 from tests.helpers import ROOT, as_background_job, free_port, wait_for_status, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -59,19 +66,24 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
-@pytest.fixture
-def start_up(tmp_path: Path) -> Iterator[Callable[[], Up]]:
-    """Starts `python -m app.cli up` on one home and port (again: a restart); each is killed
-    (as a group, with the warm children that run in sessions of their own) if left."""
-    home, port = tmp_path / "home", free_port()
+def up_env(home: Path, port: int) -> dict[str, str]:
+    """The environment of an `epochal up` on `home` and `port`, none of ours leaking in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
-    env |= {
+    return env | {
         "EPOCHAL_HOME": str(home),
         "EPOCHAL_PORT": str(port),
         "EPOCHAL_WARM_FRAMEWORKS": "pytorch",  # no TensorFlow import on a shared CPU
         "EPOCHAL_MAINTENANCE_SECONDS": "1",  # a re-queued job is re-sent within a second
         "PYTHONUNBUFFERED": "1",
     }
+
+
+@pytest.fixture
+def start_up(tmp_path: Path) -> Iterator[Callable[[], Up]]:
+    """Starts `python -m app.cli up` on one home and port (again: a restart); each is killed
+    (as a group, with the warm children that run in sessions of their own) if left."""
+    home, port = tmp_path / "home", free_port()
+    env = up_env(home, port)
     started: list[subprocess.Popen[bytes]] = []
 
     def start() -> Up:
@@ -91,7 +103,7 @@ def start_up(tmp_path: Path) -> Iterator[Callable[[], Up]]:
 
     yield start
     for proc in started:  # after a failure: the group, and children in sessions of their own
-        leftovers = descendants(proc.pid)
+        leftovers = set(descendants(proc.pid)) | set(processes_of(home))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -115,10 +127,18 @@ def _healthy(url: str) -> bool:
 def test_up_serves_trains_and_stops_on_ctrl_c(up: Up) -> None:
     proc, home, out, url = up
     wait_until(lambda: _healthy(url), 30, "`epochal up` to answer /healthz")
+    wait_until(lambda: f"epochal is up on {url}" in out.read_text(), 60, "the banner")
 
-    banner = out.read_text()
+    output = out.read_text()
+    banner = output[output.index(f"epochal is up on {url}") :].split("Ctrl-C stops")[0]
     key_file = home.resolve() / "api-key"
-    assert f"epochal is starting on {url}" in banner, banner
+    # Below Celery's own banner and its ready line, where a terminal's last screen shows it.
+    assert output.index("[tasks]") < output.index(banner) and "ready." not in banner, output
+    assert f"{url}/ui" in banner and f"admin key  {key_file}" in banner
+    point = next(line.strip() for line in banner.splitlines() if "export EPOCHAL_HOME" in line)
+    assert point == f"export EPOCHAL_HOME={home.resolve()} EPOCHAL_URL={url}"  # absolute
+    cli = Path(sys.executable).parent / "epochal"
+    assert f"The CLI is {cli}; `source {cli.parent}/activate` puts it on PATH" in banner
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     key = key_file.read_text().strip()
     assert key.startswith("ep_") and key not in banner  # the banner names the file, not the key
@@ -133,6 +153,12 @@ def test_up_serves_trains_and_stops_on_ctrl_c(up: Up) -> None:
         assert client.get("/v1/jobs", params={"limit": 1}).status_code == 200
         done = wait_for_status(client, job["id"], {"succeeded", "failed", "cancelled"}, 60)
     assert done["status"] == "succeeded", done["error"]
+    # The CLI as the banner says, from another directory: it finds the service and the key.
+    listed = subprocess.run(
+        ["bash", "-c", f"{point} && {cli} jobs"], cwd=home.parent.parent, capture_output=True,
+        text=True, env={k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")},
+    )
+    assert listed.returncode == 0 and job["id"] in listed.stdout, listed.stdout + listed.stderr
     poll = next(line.strip() for line in banner.splitlines() if line.strip().endswith("/metrics"))
     metrics = subprocess.run(
         ["bash", "-c", poll.replace("JOB_ID", job["id"])], capture_output=True, text=True
@@ -155,6 +181,8 @@ def stop_and_check(proc: subprocess.Popen[bytes], home: Path, url: str, signum: 
         time.sleep(0.2)
     assert {pid: cmd for pid, cmd in children.items() if alive(pid)} == {}
     assert training_processes_of(home) == []  # warm ones too, whenever started
+    assert processes_of(home) == {}
+    assert not (home / "up.pids.json").exists()  # a clean stop leaves no stale record
     assert not _healthy(url)
     with socket.socket() as sock:  # the port is free for the next start
         sock.bind(("127.0.0.1", int(url.rsplit(":", 1)[1])))

@@ -14,11 +14,11 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse
 
 from app.api.deps import JobDep, SessionDep
+from app.api.errors import documented
 from app.core.config import get_settings
 from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles
 from app.domain.states import JobStatus
 from app.domain.tables import Dataset, Job
-from app.schemas.api import Problem
 from app.schemas.job_spec import JobSpec, input_shape_and_classes
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic
 
@@ -28,6 +28,8 @@ EXPORTS = {
     "onnx": (ONNX_FILE, "onnx", "application/octet-stream"),
     "model_card": (CARD_FILE, "model-card", "application/json"),
 }
+# A download's 200: bytes (generated clients get them as they are, not parsed)
+BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 CHECKPOINT_NAME = re.compile(r"^epoch-(\d{1,9})$")
 
 
@@ -88,7 +90,7 @@ def _model_io(session: SessionDep, job: Job) -> tuple[list[int] | None, int | No
     return list(row.shape), (row.classes or 1) if spec.task == "classification" else 1
 
 
-@router.get("/{job_id}/artifacts", response_model=ArtifactsPublic)
+@router.get("/{job_id}/artifacts", response_model=ArtifactsPublic, operation_id="get_artifacts")
 def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
     """What the job has produced so far: model, last checkpoint, resolved spec, log."""
     files, items = _job_files(job), []
@@ -116,9 +118,10 @@ def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
 @router.get(
     "/{job_id}/artifacts/model",
     response_class=FileResponse,
+    operation_id="download_model",
     responses={
-        200: {"content": {"application/octet-stream": {}}, "description": "the model file"},
-        404: {"model": Problem, "description": "no such job, or no model yet"},
+        200: {"content": BINARY, "description": "the model file"},
+        404: documented("no such job, or no model yet"),
     },
 )
 def download_model(job: JobDep) -> FileResponse:
@@ -149,9 +152,10 @@ def _serve_export(job: Job, kind: str) -> FileResponse:
 @router.get(
     "/{job_id}/artifacts/onnx",
     response_class=FileResponse,
+    operation_id="download_onnx",
     responses={
-        200: {"content": {"application/octet-stream": {}}, "description": "model.onnx"},
-        404: {"model": Problem, "description": "no such job, or no exported model"},
+        200: {"content": BINARY, "description": "model.onnx"},
+        404: documented("no such job, or no exported model"),
     },
 )
 def download_onnx(job: JobDep) -> FileResponse:
@@ -162,9 +166,13 @@ def download_onnx(job: JobDep) -> FileResponse:
 @router.get(
     "/{job_id}/artifacts/model-card",
     response_class=FileResponse,
+    operation_id="download_model_card",
     responses={
-        200: {"content": {"application/json": {}}, "description": "model-card.json"},
-        404: {"model": Problem, "description": "no such job, or no exported model"},
+        200: {
+            "content": {"application/json": {"schema": {"type": "object"}}},
+            "description": "model-card.json",
+        },
+        404: documented("no such job, or no exported model"),
     },
 )
 def download_model_card(job: JobDep) -> FileResponse:

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, File, Form, HTTPException, Path, Query, Response, UploadFile, status
 
 from app.api.deps import CurrentKey, SessionDep
+from app.api.errors import documented
 from app.core.config import get_settings
 from app.domain import datasets, npz_reader, uploads
 from app.domain.job_files import upload_path
@@ -74,7 +75,13 @@ def _check_cost(session: SessionDep, key: CurrentKey, plan: uploads.Plan) -> Non
         raise uploads.UploadError(507, why)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=DatasetPublic)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=DatasetPublic,
+    operation_id="create_dataset",
+    responses={507: documented("over the key's EPOCHAL_MAX_STORAGE_BYTES_PER_KEY")},
+)
 def create_dataset(
     session: SessionDep,
     key: CurrentKey,
@@ -125,7 +132,7 @@ def _within_quota_at_commit(session: SessionDep, key: CurrentKey, size: int) -> 
         raise HTTPException(507, why)
 
 
-@router.get("", response_model=DatasetsPublic)
+@router.get("", response_model=DatasetsPublic, operation_id="list_datasets")
 def read_datasets(
     session: SessionDep, key: CurrentKey, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> DatasetsPublic:
@@ -143,13 +150,18 @@ def _visible_or_404(
     return row
 
 
-@router.get("/{dataset_id}", response_model=DatasetPublic)
+@router.get("/{dataset_id}", response_model=DatasetPublic, operation_id="get_dataset")
 def read_dataset(session: SessionDep, key: CurrentKey, dataset_id: DatasetId) -> DatasetPublic:
     """One uploaded data set."""
     return DatasetPublic.model_validate(_visible_or_404(session, key, dataset_id))
 
 
-@router.delete("/{dataset_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/{dataset_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    operation_id="delete_dataset",
+    responses={409: documented("a queued or running job uses it")},
+)
 def delete_dataset(session: SessionDep, key: CurrentKey, dataset_id: DatasetId) -> Response:
     """Delete an upload; 409 while a queued or running job uses it (finished jobs keep their
     results and models, but cannot be re-run from the same spec)."""

@@ -39,7 +39,13 @@ PING = b": ping\n\n"
 @router.get(
     "/{job_id}/events",
     response_class=EventStream,
-    responses={200: {"description": "event: transition | epoch; data: JSON; id: resume cursor"}},
+    operation_id="stream_events",
+    responses={
+        200: {
+            "description": "event: transition | epoch; data: JSON; id: resume cursor",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    },
 )
 async def read_events(
     session: SessionDep, job: JobDep, after: Annotated[Cursor, Depends(resume_cursor)]

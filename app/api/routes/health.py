@@ -8,12 +8,13 @@ from sqlalchemy import text
 
 from app.api.probes import bounded
 from app.core.db import session_factory
+from app.schemas.resources import Readiness
 from app.services.queue import broker_reachable
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", operation_id="healthz")
 async def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
@@ -31,7 +32,15 @@ def _checks() -> dict[str, str]:
     return checks
 
 
-@router.get("/readyz", response_model=None)
+@router.get(
+    "/readyz",
+    response_model=None,
+    operation_id="readyz",
+    responses={
+        200: {"model": Readiness, "description": "the database and the broker answer"},
+        503: {"model": Readiness, "description": "one of them does not (or too many probes)"},
+    },
+)
 async def readyz() -> dict[str, str] | JSONResponse:
     """The database and the broker are reachable."""
     checks = await bounded(_checks)

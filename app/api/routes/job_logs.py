@@ -21,7 +21,7 @@ class JobLogPublic(BaseModel):
     truncated: bool = Field(description="earlier lines exist; ask for a larger `tail`")
 
 
-@router.get("/{job_id}/logs", response_model=JobLogPublic)
+@router.get("/{job_id}/logs", response_model=JobLogPublic, operation_id="get_job_logs")
 def read_job_logs(job: JobDep, tail: Annotated[int, Query(ge=1, le=5000)] = 200) -> JobLogPublic:
     """The last `tail` lines of the job's log (for operators: why did it fail?)."""
     lines, truncated = tail_lines(

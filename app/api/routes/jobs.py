@@ -19,6 +19,7 @@ from app.api.deps import (
     check_job_fits,
     release_db,
 )
+from app.api.errors import documented
 from app.api.polled import (
     CURSOR_MAX_CHARS,
     LIST_DEFAULT_LIMIT,
@@ -87,7 +88,13 @@ def _check_quota(session: SessionDep, key: CurrentKey) -> None:
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=JobPublic,
-    responses={200: {"description": "an earlier request with this Idempotency-Key"}},
+    operation_id="create_job",
+    responses={
+        200: {"model": JobPublic, "description": "an earlier request with this Idempotency-Key"},
+        409: documented("this Idempotency-Key came with another body"),
+        429: documented("this key has EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY queued or running jobs"),
+        507: documented("over the key's EPOCHAL_MAX_STORAGE_BYTES_PER_KEY"),
+    },
 )
 async def create_job(
     session: SessionDep,
@@ -141,7 +148,7 @@ def _store(
     return job, public(session, job)
 
 
-@router.get("", response_model=JobsPublic)
+@router.get("", response_model=JobsPublic, operation_id="list_jobs")
 async def read_jobs(
     key: CurrentKey,
     status_: Annotated[JobStatus | None, Query(alias="status")] = None,
@@ -158,13 +165,13 @@ async def read_jobs(
         raise HTTPException(status_code=422, detail=str(exc)) from exc
 
 
-@router.get("/{job_id}", response_model=JobPublic)
+@router.get("/{job_id}", response_model=JobPublic, operation_id="get_job")
 def read_job(session: SessionDep, job: JobDep) -> JobPublic:
     """One job: spec, status, progress, result, transitions."""
     return public(session, job)
 
 
-@router.get("/{job_id}/metrics", response_model=MetricsPublic)
+@router.get("/{job_id}/metrics", response_model=MetricsPublic, operation_id="list_metrics")
 async def read_metrics(
     key: CurrentKey,
     job_id: JobId,
@@ -180,7 +187,12 @@ async def read_metrics(
     return FastJSON(content)
 
 
-@router.post("/{job_id}/cancel", response_model=JobPublic)
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobPublic,
+    operation_id="cancel_job",
+    responses={409: documented("the job has ended already")},
+)
 def cancel_job(session: SessionDep, job: JobDep) -> JobPublic:
     """Cancel: a queued job never runs; a running one stops at the next step boundary."""
     try:
@@ -196,7 +208,8 @@ def cancel_job(session: SessionDep, job: JobDep) -> JobPublic:
 @router.delete(
     "/{job_id}",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={409: {"description": "the job has not ended, or its sweep is still running"}},
+    operation_id="delete_job",
+    responses={409: documented("the job has not ended, or its sweep is still running")},
 )
 def delete_job(session: SessionDep, job: JobDep) -> Response:
     """Delete a finished job: its rows, events and files (409 until it has ended)."""

@@ -21,7 +21,7 @@ from app.domain.states import JobStatus
 from app.schemas.api import Problem
 from app.schemas.predictions import PredictionsPublic, PredictRequest
 from app.services.prediction_cost import OverBudget, check_budget, fits_inline, flops_per_row
-from app.services.prediction_inputs import NPY_TYPES, InputError, RowSpec, parse_rows
+from app.services.prediction_inputs import InputError, RowSpec, parse_rows
 from app.services.predictions import LoadedModel, NoModel, SessionCache
 
 router = APIRouter(prefix="/jobs", tags=["predictions"])
@@ -36,12 +36,14 @@ _BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {
+            # JSON only: a second body type (the .npy one, prediction_inputs.NPY_TYPES) makes
+            # generated clients fail to import (openapi-python-client 0.29); the description
+            # says how to send it.
             "application/json": {"schema": PredictRequest.model_json_schema()},
-            **{
-                media: {"schema": {"type": "string", "format": "binary"}}
-                for media in NPY_TYPES  # an array saved with numpy.save (never pickled)
-            },
         },
+        "description": "JSON `{\"inputs\": [...]}`; or the bytes of an array saved with "
+        "numpy.save (never pickled) with Content-Type application/x-npy or "
+        "application/octet-stream",
     }
 }
 
@@ -64,6 +66,7 @@ def sessions(request: Request) -> SessionCache:
     "/{job_id}/predict",
     response_model=PredictionsPublic,
     response_model_exclude_none=True,
+    operation_id="predict",
     responses={
         409: _documented(
             "the job has not succeeded, has no model.onnx, or one row costs more "

@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from app.api.errors import documented
 from app.api.probes import bounded
 from app.core.config import get_settings
 from app.observability.db_collector import DatabaseCollector
@@ -20,7 +21,11 @@ from app.observability.telemetry import LOCAL
 router = APIRouter(tags=["health"])
 DATABASE = CollectorRegistry(auto_describe=False)
 DATABASE.register(DatabaseCollector())
-scraper = HTTPBearer(auto_error=False, description="EPOCHAL_METRICS_TOKEN, when set")
+scraper = HTTPBearer(
+    auto_error=False,
+    scheme_name="MetricsToken",
+    description="`Authorization: Bearer <EPOCHAL_METRICS_TOKEN>`, when the server sets one",
+)
 
 
 def _process_registry() -> CollectorRegistry:
@@ -52,7 +57,20 @@ def _scrape() -> bytes:
     return generate_latest(_process_registry()) + generate_latest(DATABASE)
 
 
-@router.get("/metrics", response_class=Response, dependencies=[Depends(check_token)])
+@router.get(
+    "/metrics",
+    response_class=Response,
+    dependencies=[Depends(check_token)],
+    operation_id="prometheus_metrics",
+    responses={
+        200: {
+            "description": "Prometheus text format",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        401: documented("EPOCHAL_METRICS_TOKEN is set and was not sent"),
+        503: documented("more scrapes at once than allowed; retry"),
+    },
+)
 async def read_metrics() -> Response:
     """Prometheus text format: jobs, queue, epochs, workers (from the DB) and request latency."""
     return Response(await bounded(_scrape), media_type=CONTENT_TYPE_LATEST)

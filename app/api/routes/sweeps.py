@@ -18,6 +18,7 @@ from app.api.deps import (
     owner_filter,
     release_db,
 )
+from app.api.errors import documented
 from app.domain import sweeps as rows
 from app.domain.states import TrialState
 from app.domain.sweep_space import space_errors, value_at
@@ -119,7 +120,9 @@ def public(session: SessionDep, sweep: Sweep) -> SweepPublic:
 SUBMITS = WorkBound("sweep submits", 2, 5.0)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=SweepPublic)
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=SweepPublic, operation_id="create_sweep"
+)
 async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> SweepPublic:
     """Submit a sweep; a space that can make a job the schema rejects is a 422 naming it."""
     body, trials = await SUBMITS.run(partial(_store, session, key, spec))
@@ -139,7 +142,7 @@ def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[Sweep
     return public(session, sweep), trials
 
 
-@router.get("", response_model=SweepsPublic)
+@router.get("", response_model=SweepsPublic, operation_id="list_sweeps")
 def read_sweeps(
     session: SessionDep,
     key: CurrentKey,
@@ -156,13 +159,18 @@ def read_sweeps(
     return SweepsPublic(items=[summary(s) for s in found], next_cursor=next_cursor)
 
 
-@router.get("/{sweep_id}", response_model=SweepPublic)
+@router.get("/{sweep_id}", response_model=SweepPublic, operation_id="get_sweep")
 def read_sweep(session: SessionDep, sweep: SweepDep) -> SweepPublic:
     """One sweep: its trials, the best one, epochs spent against full length."""
     return public(session, sweep)
 
 
-@router.post("/{sweep_id}/cancel", response_model=SweepPublic)
+@router.post(
+    "/{sweep_id}/cancel",
+    response_model=SweepPublic,
+    operation_id="cancel_sweep",
+    responses={409: documented("the sweep has ended already")},
+)
 def cancel_sweep(session: SessionDep, sweep: SweepDep) -> SweepPublic:
     """Stop launching trials and cancel the queued and running ones; 409 once it ended."""
     if sweep.finished_at is not None:

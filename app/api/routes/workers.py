@@ -14,7 +14,7 @@ from app.schemas.resources import WorkerPublic, WorkersPublic
 router = APIRouter(prefix="/workers", tags=["workers"])
 
 
-@router.get("", response_model=WorkersPublic)
+@router.get("", response_model=WorkersPublic, operation_id="list_workers")
 def read_workers(session: SessionDep, key: CurrentKey) -> WorkersPublic:
     """Workers whose heartbeat is fresh (within 3 heartbeats), by name."""
     rows = crud.live_workers(session, 3 * get_settings().heartbeat_seconds)
