@@ -23,6 +23,8 @@ class Case:
         return {layer["op"] for layer in self.layers}
 
 
+ENCODER = {"name": "enc", "op": "transformer_encoder", "heads": 2, "dim": 8, "ff_dim": 16}
+
 CASES: dict[str, Case] = {
     "dense": Case((6,), [{"name": "d", "op": "dense", "units": 4}]),
     "dense_per_step": Case((5, 3), [{"name": "d", "op": "dense", "units": 4}]),
@@ -93,5 +95,24 @@ CASES: dict[str, Case] = {
             {"name": "pool", "op": "global_avg_pool"},
         ],
         vocab=9,
+    ),
+    "transformer_encoder": Case((6, 8), [ENCODER]),
+    "transformer_encoder_projected": Case(
+        (6, 5), [{"name": "proj", "op": "dense", "units": 8}, ENCODER]
+    ),
+    "transformer_encoder_image_rows": Case(
+        (4, 4, 1),
+        [
+            {"name": "rows", "op": "reshape", "shape": [4, 4]},
+            {"name": "proj", "op": "dense", "units": 8},
+            ENCODER,
+        ],
+    ),
+    "transformer_encoder_stacked": Case(
+        (5, 8),
+        [
+            {**ENCODER, "name": "enc1", "heads": 4, "ff_dim": 5},
+            {**ENCODER, "name": "enc2", "heads": 1, "positions": False},
+        ],
     ),
 }
