@@ -125,3 +125,17 @@ class Op(StrictModel):
     def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
         """Emit the op's ONNX nodes on the exporter's builder; return the output's name."""
         raise NotImplementedError
+
+
+class JoinOp(Op):
+    """An op that joins two or more earlier nodes (add, concat): `inputs` must name them."""
+
+    inputs: list[str] | None = Field(
+        None, min_length=2, max_length=MAX_INPUTS, description="two or more earlier nodes"
+    )
+    arity: ClassVar[tuple[int, int]] = (2, MAX_INPUTS)
+
+    def values_in(self, xs: list[TensorType]) -> None:
+        """Fail unless every input holds real values (not token ids)."""
+        for x in xs:
+            self.needs_rank(x, (1, 2, 3), "values")

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
-from pydantic import Field
-
-from app.schemas.graph.base import MAX_INPUTS, Op, TensorType
+from app.schemas.graph.base import JoinOp, TensorType
 
 
-class Add(Op):
+class Add(JoinOp):
     """Sum of its inputs, which must all have the same shape."""
 
     op: Literal["add"] = "add"
-    inputs: list[str] | None = Field(
-        None, min_length=2, max_length=MAX_INPUTS, description="two or more earlier nodes"
-    )
-    arity: ClassVar[tuple[int, int]] = (2, MAX_INPUTS)
 
     def infer(self, xs: list[TensorType]) -> TensorType:
-        for x in xs:
-            self.needs_rank(x, (1, 2, 3), "values")
+        self.values_in(xs)
         if len({x.shape for x in xs}) > 1:
             raise self.fail(f"inputs of different shapes: {', '.join(map(str, xs))}")
         return xs[0]

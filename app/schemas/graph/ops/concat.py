@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
-from pydantic import Field
-
-from app.schemas.graph.base import MAX_INPUTS, Op, TensorType
+from app.schemas.graph.base import JoinOp, TensorType
 
 
-class Concat(Op):
+class Concat(JoinOp):
     """Inputs joined on the last axis; every other axis must match."""
 
     op: Literal["concat"] = "concat"
-    inputs: list[str] | None = Field(
-        None, min_length=2, max_length=MAX_INPUTS, description="two or more earlier nodes"
-    )
-    arity: ClassVar[tuple[int, int]] = (2, MAX_INPUTS)
 
     def infer(self, xs: list[TensorType]) -> TensorType:
-        for x in xs:
-            self.needs_rank(x, (1, 2, 3), "values")
+        self.values_in(xs)
         if len({x.shape[:-1] for x in xs}) > 1:
             raise self.fail(f"inputs differ before the last axis: {', '.join(map(str, xs))}")
         return TensorType((*xs[0].shape[:-1], sum(x.shape[-1] for x in xs)))
