@@ -37,14 +37,3 @@ def test_states_file_layout_ids_and_metric_row_load_nothing_but_the_stdlib() -> 
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
-
-
-def test_the_api_documents_every_status_and_stop_reason() -> None:
-    from app.domain.states import JobStatus, StopReason
-    from app.schemas.api import JobPublic
-
-    fields = JobPublic.model_fields
-    assert fields["status"].description == " | ".join(JobStatus)
-    # `shutdown` only passes between a stopping worker and its child: the job is re-queued.
-    shown = [reason for reason in StopReason if reason != StopReason.shutdown]
-    assert fields["stop_reason"].description == " | ".join(shown)
