@@ -112,8 +112,7 @@ def stale_message(found: list[Recorded], pids_file: Path) -> str:
     else:  # each child leads a process group: its pool and training processes go with it
         how = "stop them first: kill -TERM -- " + " ".join(f"-{p.pid}" for p in found)
     return (
-        f"epochal up: an earlier `epochal up` on this home still runs ({pids_file}): "
-        f"{named}; {how}"
+        f"epochal up: an earlier `epochal up` on this home still runs ({pids_file}): {named}; {how}"
     )
 
 

@@ -155,8 +155,11 @@ def test_up_serves_trains_and_stops_on_ctrl_c(up: Up) -> None:
     assert done["status"] == "succeeded", done["error"]
     # The CLI as the banner says, from another directory: it finds the service and the key.
     listed = subprocess.run(
-        ["bash", "-c", f"{point} && {cli} jobs"], cwd=home.parent.parent, capture_output=True,
-        text=True, env={k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")},
+        ["bash", "-c", f"{point} && {cli} jobs"],
+        cwd=home.parent.parent,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")},
     )
     assert listed.returncode == 0 and job["id"] in listed.stdout, listed.stdout + listed.stderr
     poll = next(line.strip() for line in banner.splitlines() if line.strip().endswith("/metrics"))

@@ -41,7 +41,7 @@ _BODY: dict[str, Any] = {
             # says how to send it.
             "application/json": {"schema": PredictRequest.model_json_schema()},
         },
-        "description": "JSON `{\"inputs\": [...]}`; or the bytes of an array saved with "
+        "description": 'JSON `{"inputs": [...]}`; or the bytes of an array saved with '
         "numpy.save (never pickled) with Content-Type application/x-npy or "
         "application/octet-stream",
     }
