@@ -105,10 +105,16 @@ def submit(
     sweep_file: Annotated[Path, typer.Argument(help="a sweep spec, .json or .yaml")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="a live table to the end")] = False,
     plot: PlotOption = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="override a field, repeatable: max_trials=2, base.training.epochs=3"
+        ),
+    ] = None,
 ) -> None:
     """Submit a sweep and print its id; --follow exits 0 succeeded, 1 failed, 3 cancelled."""
 
-    spec = load_spec(sweep_file, [])
+    spec = load_spec(sweep_file, set_ or [])
     with _client() as client:
         item = client.submit_sweep(spec)
         console.print(item.id, highlight=False)

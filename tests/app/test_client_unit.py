@@ -111,6 +111,79 @@ def test_load_spec_reads_yaml_and_applies_overrides(tmp_path: Path) -> None:
         load_spec(path, [])
 
 
+def test_set_reaches_a_sweeps_dotted_parameter_names_and_list_items(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        "base: {model: {layers: [{op: dense, units: 8}]}, training: {epochs: 27}}\n"
+        "parameters:\n  optimizer.learning_rate: {type: loguniform, low: 0.0001, high: 0.03}\n"
+        "max_trials: 24\n"
+    )
+    overrides = [
+        "max_trials=2",
+        "parameters.optimizer.learning_rate.high=0.1",
+        "base.training.epochs=3",
+        "base.model.layers.0.units=4",
+        "objective.metric=val_accuracy",
+    ]
+    spec = load_spec(path, overrides)
+    assert spec["max_trials"] == 2 and spec["base"]["training"] == {"epochs": 3}
+    lr = spec["parameters"]["optimizer.learning_rate"]
+    assert lr == {"type": "loguniform", "low": 0.0001, "high": 0.1}
+    assert spec["base"]["model"]["layers"] == [{"op": "dense", "units": 4}]
+    assert spec["objective"] == {"metric": "val_accuracy"}
+    for bad in ("base.model.layers.3.units=1", "base.model.layers.x=1", "max_trials.x=1", "a..b=1"):
+        with pytest.raises(typer.BadParameter):
+            load_spec(path, [bad])
+
+
+def test_sweep_submit_sends_the_spec_with_its_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from epochal_client import sweep_cli
+
+    sent: list[dict[str, Any]] = []
+
+    class Recorder:
+        def __enter__(self) -> Recorder:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def submit_sweep(self, spec: dict[str, Any]) -> Any:
+            sent.append(spec)
+            return type("S", (), {"id": "s1"})()
+
+    monkeypatch.setattr(sweep_cli, "_client", Recorder)
+    path = tmp_path / "sweep.yaml"
+    path.write_text("parameters: {optimizer.learning_rate: {high: 0.03}}\nmax_trials: 24\n")
+    args = ["submit", str(path), "--set", "max_trials=2"]
+    args += ["--set", "parameters.optimizer.learning_rate.high=0.1"]
+    run = CliRunner().invoke(sweep_cli.sweep, args)
+    assert run.exit_code == 0, run.output
+    assert sent == [{"parameters": {"optimizer.learning_rate": {"high": 0.1}}, "max_trials": 2}]
+
+
+@pytest.mark.parametrize("name", ["native", "onnx", "model-card", "card"])
+def test_download_formats_are_the_route_names_and_card_stays_an_alias(
+    name: str, tmp_path: Path
+) -> None:
+    asked: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(200, content=b"x")
+
+    with Client("http://epochal.test", "k", transport=httpx.MockTransport(server)) as client:
+        client.download_model("j1", tmp_path / "out", name)
+        with pytest.raises(ValueError, match="native, onnx, model-card"):
+            client.download_model("j1", tmp_path / "out", "keras")
+    route = {"native": "model", "onnx": "onnx"}.get(name, "model-card")
+    assert asked == [f"/v1/jobs/j1/artifacts/{route}"]
+
+
 def test_new_lines_of_a_sliding_log_tail() -> None:
     assert new_lines(["a", "b", "c"], ["b", "c", "d", "e"]) == ["d", "e"]
     assert new_lines(["a", "b"], ["a", "b"]) == []
