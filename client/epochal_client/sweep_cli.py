@@ -150,7 +150,7 @@ def list_(limit: Annotated[int, typer.Option(help="at most this many")] = 20) ->
 
     with _client() as client:
         found = client.sweeps(limit)
-    table = Table("id", "name", "status", "trials", "objective", "created")
+    table = Table("id", "name", "status", "trials", "objective", "best", "created")
     for item in found:
         objective = f"{item.objective.get('metric')} ({item.objective.get('mode')})"
         table.add_row(
@@ -159,6 +159,7 @@ def list_(limit: Annotated[int, typer.Option(help="at most this many")] = 20) ->
             status_text(item.status),
             f"{item.trials_launched}/{item.max_trials}",
             objective,
+            fmt(item.best_objective),
             fmt(item.created_at),
         )
     console.print(table)

@@ -339,3 +339,38 @@ def test_show_renders_the_models_summary_and_its_layers() -> None:
     older = build(Job, base)  # a job the server stored before it kept summaries
     assert render.layers_table(older) is None
     assert "parameters" not in rendered([render.job_details(older)])
+
+
+def test_show_and_jobs_say_which_metric_is_best_and_flatten_the_result() -> None:
+    from epochal_client.types import Job, build
+
+    base = {"id": "j", "name": "n", "framework": "pytorch", "status": "succeeded", "attempt": 1,
+            "epochs": 3, "current_epoch": 3, "created_at": "2025-01-01T00:00:00Z",
+            "best_epoch": 2, "best_metric": 0.3121, "best_metric_name": "val_accuracy"}  # fmt: skip
+    result = {"best_epoch": 2, "replicas": 1, "export": {"onnx": {"opset": 17, "bytes": 2048}}}
+    job = build(Job, {**base, "result": result})
+    text = rendered([render.job_details(job), render.jobs_table([job])])
+    assert text.count("val_accuracy 0.3121 @ epoch 2") == 2
+    lines = [line.split() for line in text.splitlines()]
+    assert ["result.best_epoch", "2"] in lines and ["result.replicas", "1"] in lines
+    assert ["result.export.onnx.opset", "17"] in lines and "{" not in text
+
+
+def test_show_names_fashion_mnists_classes() -> None:
+    from app.schemas.job_spec import CLASS_NAMES, JobSpec, class_labels
+
+    fashion = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "fashion_mnist"}})
+    digits = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "digits"}})
+    assert class_labels(fashion, 10) == list(CLASS_NAMES["fashion_mnist"])
+    assert class_labels(digits, 10) == list(range(10))
+    per_class = [{"class": k, "precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1}
+                 for k in range(10)]  # fmt: skip
+    report = {
+        "split": "test", "task": "classification", "samples": 10, "accuracy": 1.0,
+        "macro_f1": 1.0, "per_class": per_class, "confusion_matrix": [[1]],
+        "top_confusions": [{"true": 6, "predicted": 0, "count": 7}],
+        "classes": class_labels(fashion, 10),
+    }  # fmt: skip
+    text = rendered(render.evaluation_tables({"evaluation": report}))
+    assert "Ankle boot" in text and "Trouser" in text
+    assert ["Shirt", "T-shirt/top", "7"] in [line.split() for line in text.splitlines()]

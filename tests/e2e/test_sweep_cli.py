@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from epochal_client.render import fmt
 from tests.e2e.test_cli import epochal, service  # noqa: F401 (the module's live service)
 from tests.helpers import Service
 
@@ -51,6 +52,7 @@ def test_sweep_submit_follow_plot_list_show_cancel(service: Service, tmp_path: P
         "complete",
     ]
     assert shown["best"]["objective"] == max(t["objective"] for t in shown["trials"])
+    assert "best" in listed.stdout and fmt(shown["best"]["objective"]) in listed.stdout
     assert all(t["params"]["optimizer.learning_rate"] <= 0.05 for t in shown["trials"])
 
     cancel = epochal(service, "sweep", "cancel", sweep_id)
