@@ -18,7 +18,7 @@ from app.core.async_db import fetch
 from app.core.db import DB_SLOTS, session_factory
 from app.domain import crud, datasets
 from app.domain.admission import admission_errors, sweep_admission_errors
-from app.domain.keys import KEY_ROW, KEYS, Caller, split
+from app.domain.keys import KEY_ROW, KEYS, Caller, KeyRow, split
 from app.domain.tables import Job
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import JobSpec
@@ -93,14 +93,20 @@ async def current_key(
     if parts is None:
         raise unauthorized(_unusable(request.headers.get("authorization")))
     key_id, secret = parts
-    row = KEYS.get(key_id)
-    if row is None:
-        found = await fetch(KEY_ROW, {"key_id": key_id})
-        row = KEYS.store(key_id, found[0] if found else None)
+    row = await key_row(key_id)
     caller = row.check(key_id, secret) if row is not None else None
     if caller is None:
         raise unauthorized(f"unknown or revoked API key; {KEY_HELP}")
     return caller
+
+
+async def key_row(key_id: str) -> KeyRow | None:
+    """The key's row from the in-process cache, else read on the loop (None: no such key)."""
+    row = KEYS.get(key_id)
+    if row is None:
+        found = await fetch(KEY_ROW, {"key_id": key_id})
+        row = KEYS.store(key_id, found[0] if found else None)
+    return row
 
 
 KEY_HELP = "create one with `epochal keys create NAME` (make run writes $EPOCHAL_HOME/api-key)"

@@ -128,6 +128,12 @@ class Settings(BaseSettings):
     )
 
     log_json: bool = Field(False, description="Log JSON lines (with the job id) instead of text.")
+    max_streams_per_key: int = Field(
+        32,
+        ge=1,
+        le=100_000,
+        description="Live event streams one key may hold open in each API process; then 429.",
+    )
     events_poll_seconds: float = Field(
         0.5, gt=0, le=60, description="How often each API process reads new job events for SSE."
     )
