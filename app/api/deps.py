@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session
 
 from app.core.async_db import fetch
@@ -89,9 +90,16 @@ async def current_key(
     On the event loop: the key's row comes from the in-process cache (app.domain.keys), read
     from the database on a thread only when it is not there or is older than a second.
     """
-    parts = split(credentials.credentials) if credentials else None
+    return await caller_for(request.headers.get("authorization"))
+
+
+async def caller_for(header: str | None) -> Caller:
+    """The live key an Authorization header presents; HTTPException 401 (current_key's
+    three reasons) otherwise. Also run before an upload's body is read (app.api.upload_gate)."""
+    scheme, token = get_authorization_scheme_param(header)
+    parts = split(token) if header and scheme.lower() == "bearer" and token else None
     if parts is None:
-        raise unauthorized(_unusable(request.headers.get("authorization")))
+        raise unauthorized(_unusable(header))
     key_id, secret = parts
     row = await key_row(key_id)
     caller = row.check(key_id, secret) if row is not None else None
