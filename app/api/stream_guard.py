@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TypeVar
 
@@ -72,7 +72,7 @@ async def key_is_live(key_id: str) -> bool:
     return row is not None and not row.revoked
 
 
-async def while_key_lives(key: Caller, items: AsyncIterator[T]) -> AsyncIterator[T]:
+async def while_key_lives(key: Caller, items: AsyncGenerator[T, None]) -> AsyncIterator[T]:
     """`items` until `key` is revoked; the source yields at least every KEY_RECHECK_SECONDS
     (None when it has nothing new) for the check to keep its pace."""
     next_check = time.monotonic() + KEY_RECHECK_SECONDS
