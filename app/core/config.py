@@ -14,6 +14,10 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# A key's storage quota under EPOCHAL_PRODUCTION when EPOCHAL_MAX_STORAGE_BYTES_PER_KEY is unset:
+# a few-KB compressed upload can be stored as 1 GB, so a server open to many keys needs one.
+PRODUCTION_STORAGE_BYTES_PER_KEY = 100 * 10**9
+
 
 class Settings(BaseSettings):
     """Service settings; the job's hyper-parameters never come from here, only from its spec."""
@@ -88,8 +92,9 @@ class Settings(BaseSettings):
     )
     max_storage_bytes_per_key: int | None = Field(
         None,
-        ge=1024,
-        description="Uploads and job artifacts one key may keep in all (unset: no quota).",
+        ge=0,
+        description="Uploads and job artifacts one key may keep in all (unset: "
+        "PRODUCTION_STORAGE_BYTES_PER_KEY with EPOCHAL_PRODUCTION, else no quota; 0: no quota).",
     )
 
     max_job_memory_bytes: int | None = Field(
@@ -123,6 +128,12 @@ class Settings(BaseSettings):
     )
 
     log_json: bool = Field(False, description="Log JSON lines (with the job id) instead of text.")
+    max_streams_per_key: int = Field(
+        32,
+        ge=1,
+        le=100_000,
+        description="Live event streams one key may hold open in each API process; then 429.",
+    )
     events_poll_seconds: float = Field(
         0.5, gt=0, le=60, description="How often each API process reads new job events for SSE."
     )
@@ -153,6 +164,13 @@ class Settings(BaseSettings):
                 f"EPOCHAL_HEARTBEAT_SECONDS ({self.heartbeat_seconds})"
             )
         return self
+
+    @property
+    def storage_quota_bytes(self) -> int | None:
+        """What one key may store in all; None: no quota (see max_storage_bytes_per_key)."""
+        if self.max_storage_bytes_per_key is None:
+            return PRODUCTION_STORAGE_BYTES_PER_KEY if self.production else None
+        return self.max_storage_bytes_per_key or None
 
     @property
     def resolved_home(self) -> Path:

@@ -67,6 +67,7 @@ def create_job(
 def add_transition(
     session: Session, job_id: str, before: str | None, after: str, reason: str, attempt: int
 ) -> None:
+    reason = without_server_paths(reason)  # e.g. a stopped attempt's error, re-queued
     session.add(
         JobTransition(
             job_id=job_id, from_status=before, to_status=after, reason=reason, attempt=attempt
