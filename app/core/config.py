@@ -48,6 +48,12 @@ class Settings(BaseSettings):
         "pytorch,tensorflow",
         description="Frameworks whose next training process a worker starts ahead of time.",
     )
+    worker_cpus: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="CPU threads its training processes share (default: its CPUs less one).",
+    )
     heartbeat_seconds: float = Field(5.0, gt=0, le=300)
     lease_seconds: float = Field(
         30.0, gt=0, le=3600, description="A job whose lease is this old is re-queued."

@@ -17,7 +17,7 @@ import time
 
 from app.core.config import Settings
 from worker.priority import back_to_normal
-from worker.protocol import Assignment, child_env, standby_argv
+from worker.protocol import Assignment, Threads, child_env, standby_argv
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,15 @@ class StandbyPool:
             env=env,
         )
 
-    def assign(self, framework: str, job_id: str, attempt: int) -> subprocess.Popen[bytes] | None:
+    def assign(
+        self, framework: str, job_id: str, attempt: int, threads: Threads | None = None
+    ) -> subprocess.Popen[bytes] | None:
         """Hand the job to the waiting child; None when there is none (start a cold one)."""
         child = self._waiting.pop(framework, None)
         if child is None or child.poll() is not None or child.stdin is None:
             return None
         try:
-            child.stdin.write(Assignment(job_id, attempt, time.time()).encode())
+            child.stdin.write(Assignment(job_id, attempt, time.time(), threads).encode())
             child.stdin.close()
         except OSError:  # it died between poll() and write(): start a cold child instead
             log.warning("warm %s child was gone; starting a cold one", framework)
