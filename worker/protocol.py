@@ -157,17 +157,22 @@ class Threads:
 
 
 def child_argv(
-    job_id: str, attempt: int, rank: int | None = None, threads: Threads | None = None
+    job_id: str,
+    attempt: int,
+    rank: int | None = None,
+    threads: Threads | None = None,
+    python: str | None = None,
 ) -> list[str]:
-    """The command line of a cold training child (and of a DDP rank, with `rank`)."""
-    argv = [sys.executable, "-m", CHILD_MODULE, job_id, "--attempt", str(attempt)]
+    """The command line of a cold training child (and of a DDP rank, with `rank`), run by
+    `python` (default: this process's interpreter)."""
+    argv = [python or sys.executable, "-m", CHILD_MODULE, job_id, "--attempt", str(attempt)]
     argv += [] if rank is None else ["--rank", str(rank)]
     return argv if threads is None else [*argv, "--threads", threads.encode()]
 
 
-def standby_argv(framework: str) -> list[str]:
+def standby_argv(framework: str, python: str | None = None) -> list[str]:
     """The command line of a warm child that imports `framework` and waits for a job."""
-    return [sys.executable, "-m", CHILD_MODULE, "--standby", framework]
+    return [python or sys.executable, "-m", CHILD_MODULE, "--standby", framework]
 
 
 @dataclass(frozen=True)

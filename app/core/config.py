@@ -48,6 +48,12 @@ class Settings(BaseSettings):
         "pytorch,tensorflow",
         description="Frameworks whose next training process a worker starts ahead of time.",
     )
+    pytorch_python: str | None = Field(
+        None, description="Interpreter of PyTorch training processes (default: the worker's)."
+    )
+    tensorflow_python: str | None = Field(
+        None, description="Interpreter of TensorFlow training processes (default: the worker's)."
+    )
     worker_cpus: int | None = Field(
         None,
         ge=1,
@@ -184,6 +190,11 @@ class Settings(BaseSettings):
     @property
     def resolved_artifacts_dir(self) -> Path:
         return (self.artifacts_dir or self.resolved_home / "artifacts").expanduser().resolve()
+
+    def python_for(self, framework: str) -> str | None:
+        """The interpreter that runs this framework's training processes (None: the worker's;
+        the worker image gives each framework an environment of its own, see the Dockerfile)."""
+        return {"pytorch": self.pytorch_python, "tensorflow": self.tensorflow_python}[framework]
 
     @property
     def worker_gpu_ids(self) -> list[str]:

@@ -153,7 +153,9 @@ def start_child(
     if process is None:
         with files.log.open("ab") as log_file:  # the child keeps its own copy of the fd
             process = subprocess.Popen(
-                child_argv(job_id, attempt, threads=threads),
+                child_argv(
+                    job_id, attempt, threads=threads, python=settings.python_for(spec.framework)
+                ),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

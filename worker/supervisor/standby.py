@@ -28,13 +28,13 @@ class StandbyPool:
     def __init__(self) -> None:
         self._waiting: dict[str, subprocess.Popen[bytes]] = {}
 
-    def refill(self, framework: str, env: dict[str, str]) -> None:
+    def refill(self, framework: str, env: dict[str, str], python: str | None = None) -> None:
         """Start a waiting child for the framework unless a live one is there already."""
         current = self._waiting.get(framework)
         if current is not None and current.poll() is None:
             return
         self._waiting[framework] = subprocess.Popen(
-            standby_argv(framework),
+            standby_argv(framework, python),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,  # the child moves its output to the job's log on assignment
             stderr=subprocess.DEVNULL,
@@ -73,4 +73,4 @@ def warm_up(settings: Settings, frameworks: list[str]) -> None:
     wanted = [f.strip() for f in settings.warm_frameworks.split(",") if f.strip()]
     for framework in frameworks:
         if framework in wanted:
-            POOL.refill(framework, child_env())
+            POOL.refill(framework, child_env(), settings.python_for(framework))
