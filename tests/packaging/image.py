@@ -86,6 +86,7 @@ def isolated_env() -> dict[str, str]:
 
 def dry_run_argv(python: str, requirements: Path, wheels: Path, report: Path) -> list[str]:
     argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q"]
+    argv += ["--retries", "2"]  # an index out of reach says so in seconds, not minutes
     argv += ["--report", str(report), "--only-binary=:all:", "--python-version", python]
     argv += ["--implementation", "cp", "--abi", f"cp{python.replace('.', '')}"]
     for platform in PLATFORMS:
