@@ -35,6 +35,7 @@ def test_the_budget_is_the_setting_or_the_cpus_less_the_services_share(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert cpu_budget(Settings(worker_cpus=3)) == 3
+    monkeypatch.delenv("EPOCHAL_WORKER_CPUS", raising=False)  # tests/helpers.py may set it
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
     monkeypatch.setattr(threads, "cpu_quota", lambda *_: None)
     assert cpu_budget(Settings()) == 4 - SERVICE_CPUS
