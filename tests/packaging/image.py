@@ -87,6 +87,9 @@ def isolated_env() -> dict[str, str]:
 def dry_run_argv(python: str, requirements: Path, wheels: Path, report: Path) -> list[str]:
     argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q"]
     argv += ["--retries", "2"]  # an index out of reach says so in seconds, not minutes
+    # Each wheel's metadata by range requests where the index serves none of its own (PEP
+    # 658): otherwise pip downloads every wheel whole to read it, gigabytes of CUDA.
+    argv += ["--use-feature=fast-deps"]
     argv += ["--report", str(report), "--only-binary=:all:", "--python-version", python]
     argv += ["--implementation", "cp", "--abi", f"cp{python.replace('.', '')}"]
     for platform in PLATFORMS:
@@ -103,13 +106,11 @@ def cache_key(*paths: Path) -> str:
 
 def resolve(python: str, requirements: Path, wheels: Path, report: Path) -> list[dict[str, Any]]:
     """The `install` entries of pip's report for one environment."""
-    done = subprocess.run(
-        dry_run_argv(python, requirements, wheels, report),
-        capture_output=True,
-        text=True,
-        env=isolated_env(),
-        timeout=600,
-    )
+    argv = dry_run_argv(python, requirements, wheels, report)
+    done = subprocess.run(argv, capture_output=True, text=True, env=isolated_env(), timeout=600)
+    if done.returncode != 0 and "fast-deps" in done.stderr:  # a pip that dropped the feature
+        argv.remove("--use-feature=fast-deps")
+        done = subprocess.run(argv, capture_output=True, text=True, env=isolated_env(), timeout=600)
     if done.returncode != 0 and OFFLINE.search(done.stdout + done.stderr):
         raise IndexUnreachable((done.stdout + done.stderr)[-600:])
     assert done.returncode == 0, f"{requirements.name} does not resolve:\n{done.stderr[-3000:]}"

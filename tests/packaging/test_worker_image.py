@@ -78,13 +78,15 @@ def resolved(request: pytest.FixtureRequest) -> dict[str, list[dict[str, Any]]]:
         return found
     wheels = request.getfixturevalue("wheels").client.parent
     report_dir = request.getfixturevalue("tmp_path_factory").mktemp("reports")
-    found = {}
-    try:
-        for file in files:
-            entries = resolve(python_version(TEXT), file, wheels, report_dir / f"{file.stem}.json")
-            found[file.name] = [
-                {**entry["metadata"], "url": entry["download_info"]["url"]} for entry in entries
-            ]
+    python = python_version(TEXT)
+
+    def one(file: Path) -> list[dict[str, Any]]:
+        entries = resolve(python, file, wheels, report_dir / f"{file.stem}.json")
+        return [{**entry["metadata"], "url": entry["download_info"]["url"]} for entry in entries]
+
+    try:  # side by side: mostly waiting on the index
+        with ThreadPoolExecutor(len(files)) as pool:
+            found = dict(zip([file.name for file in files], pool.map(one, files), strict=True))
     except IndexUnreachable as exc:
         pytest.skip(f"the package index cannot be reached from here, nothing to resolve: {exc}")
     local = {e["name"] for entries in found.values() for e in entries if "file:" in e["url"]}
