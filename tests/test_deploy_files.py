@@ -155,7 +155,7 @@ def dockerfile_stage(name: str) -> str:
 
 def test_the_images_install_the_wheels_the_packaging_tests_install() -> None:
     """Built once in a stage of their own from a copy of every package, never `pip install .`;
-    the worker adds what tests/packaging's server venv adds (after the CUDA frameworks)."""
+    the worker's PyTorch environment adds what tests/packaging's server venv adds."""
     dockerfile = (ROOT / "Dockerfile").read_text()
     build = dockerfile_stage("wheels")
     assert "pip wheel --no-deps -w /wheels ./client ." in build
@@ -168,9 +168,11 @@ def test_the_images_install_the_wheels_the_packaging_tests_install() -> None:
     assert "pip install ." not in dockerfile and "pip install -e" not in dockerfile
     assert "alembic.ini" not in dockerfile  # `epochal migrate` finds the migrations installed
     assert "pip install /wheels/*.whl" in dockerfile_stage("api")
-    worker = dockerfile_stage("worker")
-    assert "/wheels/epochal_client-*.whl" in worker and f"[{WORKER_EXTRAS}]" in worker
-    assert all(dep in worker for dep in WORKER_DEPS)
+    # The worker image's PyTorch environment (tests/packaging/test_worker_image.py resolves it).
+    assert "--find-links /wheels -r /tmp/requirements/" in dockerfile_stage("worker")
+    torch_env = (ROOT / "requirements" / "worker-pytorch.txt").read_text()
+    assert f"epochal[{WORKER_EXTRAS}]==" in torch_env and "epochal-client==" in torch_env
+    assert all(dep in torch_env for dep in WORKER_DEPS)
     migrate = compose_config()["services"]["migrate"]
     assert migrate["command"] == ["epochal", "migrate"] and migrate["build"]["target"] == "api"
 

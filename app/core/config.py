@@ -52,6 +52,18 @@ class Settings(BaseSettings):
         "pytorch,tensorflow",
         description="Frameworks whose next training process a worker starts ahead of time.",
     )
+    pytorch_python: str | None = Field(
+        None, description="Interpreter of PyTorch training processes (default: the worker's)."
+    )
+    tensorflow_python: str | None = Field(
+        None, description="Interpreter of TensorFlow training processes (default: the worker's)."
+    )
+    worker_cpus: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="CPU threads its training processes share (default: its CPUs less one).",
+    )
     heartbeat_seconds: float = Field(5.0, gt=0, le=300)
     lease_seconds: float = Field(
         30.0, gt=0, le=3600, description="A job whose lease is this old is re-queued."
@@ -196,6 +208,11 @@ class Settings(BaseSettings):
     @property
     def resolved_artifacts_dir(self) -> Path:
         return (self.artifacts_dir or self.resolved_home / "artifacts").expanduser().resolve()
+
+    def python_for(self, framework: str) -> str | None:
+        """The interpreter that runs this framework's training processes (None: the worker's;
+        the worker image gives each framework an environment of its own, see the Dockerfile)."""
+        return {"pytorch": self.pytorch_python, "tensorflow": self.tensorflow_python}[framework]
 
     @property
     def worker_gpu_ids(self) -> list[str]:
