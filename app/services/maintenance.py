@@ -19,6 +19,7 @@ from app.core.log_setup import job_context
 from app.domain import crud, retention
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
+from app.scheduler.preempt import preempt_round
 from app.services import sweeps
 from app.services.dispatch import Sent, dispatch
 
@@ -117,6 +118,8 @@ def expire_and_redispatch(session: Session, settings: Settings) -> None:
 def run_once(settings: Settings) -> None:
     with session_scope() as session:
         reap_lost_workers(session)
+    with session_scope() as session:  # make room for a queued job far above a running one
+        preempt_round(session, settings)
     with session_scope() as session:
         expire_and_redispatch(session, settings)
     with session_scope() as session:  # a sweep whose trial ended unseen (e.g. reaped) goes on

@@ -1,0 +1,107 @@
+"""The claim: a free worker takes the highest-priority queued job that fits it, in SQL.
+
+Whatever job a Celery message names, the worker that receives it runs the job this picks (a
+message is a wake-up for a slot): priority, then the keys' fair share, then age. Each message
+claims at most one job and every queued job has had one sent, so a job is never lost; the pick
+and the claim are one transaction, the pick's row locked FOR UPDATE SKIP LOCKED on PostgreSQL
+(two workers pick two jobs) and under SQLite's single-writer lock (BEGIN IMMEDIATE), and the
+claim is the conditional UPDATE of crud.claim_job, so a job is never run twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.domain import crud
+from app.domain.states import JobStatus
+from app.domain.tables import ApiKey, Job, utcnow
+from app.domain.usage import usage
+from app.scheduler import stats
+from app.scheduler.policy import Share, fair_order
+
+
+def claim_next(session: Session, worker: str, gpus: int, settings: Settings) -> Job | None:
+    """Queued -> running for this worker: the job the policy puts first among those that fit."""
+    for _ in range(3):  # a pick another worker claimed first (SQLite has no row locks)
+        job_id = next_job(session, gpus, settings, utcnow())
+        if job_id is None:
+            return None
+        job = crud.claim_job(session, job_id, worker, settings.lease_seconds)
+        if job is not None:
+            stats.count_wait(session, job.id)
+            return job
+    return None
+
+
+def fits(gpus: int) -> list[ColumnElement[bool]]:
+    """Queued jobs a worker with `gpus` GPUs may run."""
+    return [Job.status == JobStatus.queued, Job.gpus <= gpus]
+
+
+def next_job(session: Session, gpus: int, settings: Settings, now: datetime) -> str | None:
+    """The id of the job a free worker with `gpus` GPUs runs next (locked until commit)."""
+    where = fits(gpus)
+    priority = session.scalar(select(func.max(Job.priority)).where(*where))
+    while priority is not None:
+        found = _at_priority(session, where, priority, settings, now)
+        if found is not None:
+            return found
+        lower = select(func.max(Job.priority)).where(*where, Job.priority < priority)
+        priority = session.scalar(lower)
+    return None
+
+
+def _at_priority(
+    session: Session,
+    where: list[ColumnElement[bool]],
+    priority: int,
+    settings: Settings,
+    now: datetime,
+) -> str | None:
+    """The oldest job of the key whose turn it is at this priority (None: all taken)."""
+    heads = session.execute(
+        select(Job.owner_id, func.min(Job.created_at))
+        .where(*where, Job.priority == priority)
+        .group_by(Job.owner_id)
+    ).all()
+    for share in fair_order(shares(session, heads, settings, now), settings.fair_share_tolerance):
+        mine = Job.owner_id.is_(None) if share.owner is None else Job.owner_id == share.owner
+        oldest = (
+            select(Job.id)
+            .where(*where, Job.priority == priority, mine)
+            .order_by(Job.created_at, Job.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        )
+        job_id = session.scalar(oldest)
+        if job_id is not None:
+            return str(job_id)
+    return None
+
+
+def shares(
+    session: Session, heads: Sequence[Any], settings: Settings, now: datetime
+) -> list[Share]:
+    """Each competing key's usage in the window, weight, last start and oldest queued job."""
+    owners = [owner for owner, _ in heads]
+    used = usage(session, owners, settings.fair_share_window_seconds, now)
+    weights = weights_of(session, owners)
+    return [
+        Share(owner, used[owner].seconds, weights.get(owner, 1.0), used[owner].last_start, oldest)
+        for owner, oldest in heads
+    ]
+
+
+def weights_of(session: Session, owners: Sequence[str | None]) -> dict[str | None, float]:
+    """The admin-set share weight of each key (1 unless set)."""
+    ids = [owner for owner in owners if owner is not None]
+    if not ids:
+        return {}
+    rows = session.execute(select(ApiKey.id, ApiKey.share_weight).where(ApiKey.id.in_(ids)))
+    return {key_id: float(weight) for key_id, weight in rows}
