@@ -47,6 +47,7 @@ test: install
 lint: install
 	$(BIN)/ruff check app worker client migrations tools tests benchmarks
 	$(BIN)/lint-imports
+	$(BIN)/python -m mypy
 
 bench: install
 	$(BIN)/python -m benchmarks
@@ -60,4 +61,4 @@ gpu-smoke: install
 	$(BIN)/python -m benchmarks.gpu_smoke
 
 clean:
-	rm -rf $(VENV) .epochal .pytest_cache test-artifacts
+	rm -rf $(VENV) .epochal .pytest_cache .mypy_cache test-artifacts

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,12 +21,15 @@ from app.core.children import (
 )
 from app.core.config import get_settings
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 cli = typer.Typer(help="epochal: a REST training-job service.", no_args_is_help=True)
 keys = typer.Typer(help="API keys: create, list, revoke.", no_args_is_help=True)
 cli.add_typer(keys, name="keys")
 
 
-def alembic_config():  # type: ignore[no-untyped-def]
+def alembic_config() -> Config:
     """Alembic's settings without alembic.ini: the scripts ship inside the package."""
     from alembic.config import Config
 

@@ -1,4 +1,5 @@
-"""The import rules of README's Development section, enforced (import-linter, pyproject.toml)."""
+"""The import rules and the type checker of README's Development section, enforced
+(import-linter and mypy, configured in pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ def test_import_contracts_hold() -> None:
         capture_output=True,
         text=True,
     )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_type_checker_finds_no_error() -> None:
+    # `make lint`'s mypy, here so that CI runs it too; warn_unused_ignores makes every
+    # `type: ignore` one that is still needed.
+    out = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -55,7 +55,9 @@ class DatabaseUnavailable(Exception):
     """The database could not serve a read now; the message says why (no traceback needed)."""
 
 
-async def fetch(statement: Select[Any], params: dict[str, Any]) -> list[tuple[Any, ...]]:
+async def fetch(
+    statement: Select[*tuple[Any, ...]], params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
     """The rows of a read-only statement whose parameters are all named bindparams."""
     pool = _pool()
     if pool is None:
@@ -75,11 +77,11 @@ async def fetch_sql(
     return await pool.run([(_numbered(sql), params) for sql, params in statements])
 
 
-_statements: dict[Select[Any], tuple[str, tuple[str, ...], dict[str, Any]]] = {}
+_statements: dict[Select[*tuple[Any, ...]], tuple[str, tuple[str, ...], dict[str, Any]]] = {}
 _sql: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
-def _compiled(statement: Select[Any]) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+def _compiled(statement: Select[*tuple[Any, ...]]) -> tuple[str, tuple[str, ...], dict[str, Any]]:
     """The statement as asyncpg's SQL ($1, $2 ...), the parameter names in that order, and the
     values of those the statement itself holds (literals in a function call)."""
     found = _statements.get(statement)
@@ -121,7 +123,9 @@ async def _read(
         raise
 
 
-def _fetch_sqlite(statement: Select[Any], params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def _fetch_sqlite(
+    statement: Select[*tuple[Any, ...]], params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
     with db.read_engine().connect() as conn:
         return [tuple(row) for row in conn.execute(statement, params)]
 

@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import CursorResult, Engine, Executable, create_engine, event, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -240,3 +240,8 @@ def reset_engines() -> None:
     _engines.clear()
     _factories.clear()
     _readers.clear()
+
+
+def rows_changed(session: Session, statement: Executable) -> int:
+    """Run an UPDATE or DELETE and say how many rows it matched."""
+    return cast(CursorResult[Any], session.execute(statement)).rowcount

@@ -58,12 +58,13 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line."""
 
     def format(self, record: logging.LogRecord) -> str:
+        job_id = getattr(record, "job_id", "-")
         entry: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "component": getattr(record, "component", None),
-            "job_id": None if getattr(record, "job_id", "-") == "-" else record.job_id,
+            "job_id": None if job_id == "-" else job_id,
             "msg": record.getMessage(),
         }
         if record.exc_info:

@@ -30,7 +30,7 @@ def _password_problem(variable: str, password: str | None) -> str | None:
 
 def _database_password(url: str) -> str | None:
     try:
-        return make_url(url).password  # type: ignore[return-value]
+        return make_url(url).password
     except ArgumentError:
         return None  # not a URL at all: the engine will say so; here it has no password
 

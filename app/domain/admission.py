@@ -76,7 +76,7 @@ def _shape_of(row: Dataset) -> DataShape:
     return DataShape(row.samples, row.test_samples or 0, shape, itemsize, outputs, row.vocab)
 
 
-def data_of(session: Session, spec: JobSpec, key: Caller) -> DataShape | None:
+def data_of(session: Session, spec: JobSpec, key: Caller | None) -> DataShape | None:
     """What the job loads, from the spec or its upload's row (None: no upload `key` may use)."""
     return Lookups(session, key).data(spec)
 

@@ -14,6 +14,7 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from app.core.db import rows_changed
 from app.domain.admission import model_summary
 from app.domain.datasets import lock_owner
 from app.domain.job_reads import page_query
@@ -101,7 +102,8 @@ def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) 
 
     A new attempt, except for a preempted job resuming: preemption is nobody's failure."""
     now = utcnow()
-    claimed = session.execute(
+    claimed = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.queued)
         .values(
@@ -112,8 +114,8 @@ def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) 
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             started_at=func.coalesce(Job.started_at, now),
             updated_at=now,
-        )
-    ).rowcount
+        ),
+    )
     if not claimed:
         return None
     job = session.get(Job, job_id, populate_existing=True)
@@ -126,11 +128,12 @@ def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) 
 
 def renew_lease(session: Session, job_id: str, attempt: int, lease_seconds: float) -> Job | None:
     """Extend the lease of our attempt; None means the job is no longer ours (fencing)."""
-    renewed = session.execute(
+    renewed = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
-        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
-    ).rowcount
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)),
+    )
     return session.get(Job, job_id, populate_existing=True) if renewed else None
 
 
@@ -146,9 +149,9 @@ def request_cancel(session: Session, job: Job) -> Job:
     values: dict[str, Any] = {"status": target, "cancel_requested_at": now, "updated_at": now}
     if target == JobStatus.cancelled:
         values |= {"finished_at": now, "stop_reason": StopReason.cancelled}
-    changed = session.execute(
-        update(Job).where(Job.id == job.id, Job.status == before).values(**values)
-    ).rowcount
+    changed = rows_changed(
+        session, update(Job).where(Job.id == job.id, Job.status == before).values(**values)
+    )
     session.refresh(job)
     if not changed:  # it moved under us; decide again on the fresh state
         return request_cancel(session, job)
@@ -186,11 +189,12 @@ def finish_job(
     if result is not None:
         values["result"] = dict(result)
     for before in (JobStatus.running, JobStatus.cancelling):  # a job may move on, never back
-        ended = session.execute(
+        ended = rows_changed(
+            session,
             update(Job)
             .where(Job.id == job_id, Job.attempt == attempt, Job.status == before)
-            .values(**values)
-        ).rowcount
+            .values(**values),
+        )
         if ended:
             if before == JobStatus.cancelling and status == JobStatus.succeeded:
                 # The cancel raced the last epoch: the user asked to stop, the work is complete.
@@ -205,7 +209,8 @@ def requeue(session: Session, job: Job, reason: str) -> bool:
 
     Only from running: a job being cancelled is finished as cancelled, never retried.
     """
-    moved = session.execute(
+    moved = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job.id, Job.attempt == job.attempt, Job.status == JobStatus.running)
         .values(
@@ -214,8 +219,8 @@ def requeue(session: Session, job: Job, reason: str) -> bool:
             worker_name=None,
             dispatched_at=None,
             preempted_by=None,  # a failed attempt: the next one is a new attempt
-        )
-    ).rowcount
+        ),
+    )
     if moved:
         add_transition(session, job.id, job.status, JobStatus.queued, reason, job.attempt)
     return bool(moved)
@@ -225,11 +230,12 @@ def claim_dispatch(session: Session, job: Job) -> bool:
     """Take the right to (re)send a queued job's message; one process wins per round."""
     before, stamp = job.dispatched_at, utcnow()
     condition = Job.dispatched_at.is_(None) if before is None else Job.dispatched_at == before
-    claimed = session.execute(
+    claimed = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job.id, Job.status == JobStatus.queued, condition)
-        .values(dispatched_at=stamp)
-    ).rowcount
+        .values(dispatched_at=stamp),
+    )
     if claimed:  # remember our stamp (without a second write) so release_dispatch can match it
         set_committed_value(job, "dispatched_at", stamp)
     return bool(claimed)
@@ -277,7 +283,8 @@ def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None
 def force_fail_queued(session: Session, job: Job, code: ErrorCode, message: str) -> bool:
     """Queued -> failed without running (queue timeout)."""
     now = utcnow()
-    failed = session.execute(
+    failed = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job.id, Job.status == JobStatus.queued)
         .values(
@@ -287,8 +294,8 @@ def force_fail_queued(session: Session, job: Job, code: ErrorCode, message: str)
             error=without_server_paths(message),
             finished_at=now,
             updated_at=now,
-        )
-    ).rowcount
+        ),
+    )
     if failed:
         add_transition(session, job.id, JobStatus.queued, JobStatus.failed, message, job.attempt)
     return bool(failed)

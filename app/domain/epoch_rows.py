@@ -11,6 +11,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from app.core.db import rows_changed
 from app.domain.epoch_stats import count_epoch
 from app.domain.states import ACTIVE
 from app.domain.tables import EpochMetric, Job, utcnow
@@ -31,17 +32,18 @@ def record_epoch(
     attempt: int,
     epoch: int,
     logs: Mapping[str, Any],
-    best: tuple[int, float] | None = None,
+    best: tuple[int, float | None] | None = None,
 ) -> bool:
     """Upsert the epoch's row and progress, fenced by attempt; False if the job is not ours."""
-    owned = session.execute(
+    owned = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
         .values(
             current_epoch=epoch,
             **({"best_epoch": best[0], "best_metric": clean(best[1])} if best else {}),
-        )
-    ).rowcount
+        ),
+    )
     if not owned:
         return False
     values = {field: clean(logs.get(field)) for field in METRIC_FIELDS}
@@ -62,16 +64,17 @@ def drop_metrics_after(session: Session, job_id: str, attempt: int, epoch: int) 
     """Forget rows past a checkpoint (a resumed attempt writes them again), fenced by attempt
     like record_epoch: None, and nothing deleted, when the job is not this attempt's. A lost
     attempt whose delete arrived late would otherwise erase its successor's rows."""
-    owned = session.execute(
+    owned = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
-        .values(current_epoch=epoch)
-    ).rowcount
+        .values(current_epoch=epoch),
+    )
     if not owned:
         return None
-    return session.execute(
-        delete(EpochMetric).where(EpochMetric.job_id == job_id, EpochMetric.epoch > epoch)
-    ).rowcount
+    return rows_changed(
+        session, delete(EpochMetric).where(EpochMetric.job_id == job_id, EpochMetric.epoch > epoch)
+    )
 
 
 def read_metrics(

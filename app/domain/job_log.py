@@ -81,10 +81,11 @@ def _collapse(fd: int, drop: int) -> int:
     """Remove the first `drop` bytes (rounded down to whole blocks) in place; 0 if unsupported."""
     block = os.fstat(fd).st_blksize or 4096
     drop -= drop % block
-    if drop <= 0 or _libc() is None:
+    libc = _libc()
+    if drop <= 0 or libc is None:
         return 0
     collapse_range = 0x08  # FALLOC_FL_COLLAPSE_RANGE, linux/falloc.h
-    failed = _libc().fallocate(fd, collapse_range, ctypes.c_long(0), ctypes.c_long(drop))
+    failed = libc.fallocate(fd, collapse_range, ctypes.c_long(0), ctypes.c_long(drop))
     return 0 if failed else drop
 
 

@@ -33,7 +33,7 @@ Row = Sequence[Any]
 
 
 @cache
-def page_statement(entity: Any, filters: frozenset[str], after: bool) -> Select[Any]:
+def page_statement(entity: Any, filters: frozenset[str], after: bool) -> Select[*tuple[Any, ...]]:
     """A page of jobs newest first, with these filters and (`after`) past a cursor; one row
     more than the `limit` parameter, to tell whether a next page exists. Made once per shape.
 
@@ -58,7 +58,7 @@ def page_statement(entity: Any, filters: frozenset[str], after: bool) -> Select[
 
 def page_query(
     entity: Any, *, limit: int, cursor: str | None = None, **filters: str | None
-) -> tuple[Select[Any], dict[str, Any]]:
+) -> tuple[Select[*tuple[Any, ...]], dict[str, Any]]:
     """The statement and parameters of a page; filters apply before paging so pages are never
     short for that reason. ValueError for a cursor this service did not make."""
     params: dict[str, Any] = {"limit": limit + 1}
@@ -71,7 +71,7 @@ def page_query(
     return page_statement(entity, chosen, bool(cursor)), params
 
 
-def summaries(rows: list[Row], limit: int) -> tuple[list[dict[str, Any]], str | None]:
+def summaries(rows: Sequence[Row], limit: int) -> tuple[list[dict[str, Any]], str | None]:
     """A page's job summaries from its rows, and the next page's cursor (None on the last)."""
     items = [_summary(row) for row in rows[:limit]]
     last = items[-1] if len(rows) > limit else None
@@ -106,7 +106,7 @@ def metrics_params(job_id: str, since_epoch: int, limit: int) -> dict[str, Any]:
     return {"job_id": job_id, "since": since_epoch, "limit": limit}
 
 
-def metrics(rows: list[Row]) -> tuple[str | None, list[dict[str, Any]]] | None:
+def metrics(rows: Sequence[Row]) -> tuple[str | None, list[dict[str, Any]]] | None:
     """The job's owner and its metrics rows from METRICS_AFTER's rows; None: no such job."""
     if not rows:
         return None

@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from app.core.db import rows_changed
 from app.domain import crud
 from app.domain.job_files import JobFiles
 from app.domain.states import TERMINAL
@@ -25,8 +26,9 @@ BATCH = 500  # jobs looked at per retention round and query
 
 def delete_job_rows(session: Session, job_id: str) -> bool:
     """The job and its rows, if it is finished (the caller commits); False otherwise."""
-    gone = session.execute(delete(Job).where(Job.id == job_id, Job.status.in_(TERMINAL)))
-    return bool(gone.rowcount)
+    return bool(
+        rows_changed(session, delete(Job).where(Job.id == job_id, Job.status.in_(TERMINAL)))
+    )
 
 
 def remove_job_files(artifacts_dir: Path, job_id: str) -> None:

@@ -36,7 +36,7 @@ def list_sweeps(
         created, sweep_id = decode_cursor(cursor)
         query = query.where(tuple_(Sweep.created_at, Sweep.id) < tuple_(created, sweep_id))
     rows = list(session.scalars(query))
-    next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None  # type: ignore[arg-type]
+    next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return rows[:limit], next_cursor
 
 

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from app.core.db import rows_changed
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.tables import Job, JobRun, utcnow
 
@@ -71,5 +72,4 @@ def usage(
 def prune(session: Session, window_seconds: float) -> int:
     """Drop runs that ended before the window (no share counts them any more); how many."""
     since = utcnow() - timedelta(seconds=window_seconds)
-    gone = session.execute(delete(JobRun).where(JobRun.ended_at < since))
-    return int(gone.rowcount or 0)
+    return rows_changed(session, delete(JobRun).where(JobRun.ended_at < since))

@@ -46,7 +46,7 @@ def _jobs(session: Session) -> Metric:
     family = GaugeMetricFamily(
         "epochal_jobs", "Jobs by status and framework.", labels=["status", "framework"]
     )
-    counts = {(s, f): 0 for s in JobStatus for f in FRAMEWORKS}  # every series, even at zero
+    counts: dict[tuple[str, str], int] = {(s, f): 0 for s in JobStatus for f in FRAMEWORKS}
     query = select(Job.status, Job.framework, func.count()).group_by(Job.status, Job.framework)
     for status, framework, count in session.execute(query):
         counts[(status, framework)] = count

@@ -26,6 +26,7 @@ from app.domain.tables import EpochMetric, Job, Worker, utcnow
 from app.scheduler.claim import fits, shares
 from app.scheduler.policy import fair_order
 
+EPOCH_SECONDS = "epoch_seconds"  # the metrics row's field (app.schemas.metric_row)
 ETA_HORIZON = 1000  # jobs ahead played forward at most; further back the estimate is null
 
 
@@ -142,9 +143,8 @@ def remaining(session: Session, job_id: str) -> float | None:
     job = session.get(Job, job_id)
     if job is None or job.status not in ACTIVE:
         return 0.0
-    mean = session.scalar(
-        select(func.avg(EpochMetric.epoch_seconds)).where(EpochMetric.job_id == job_id)
-    )
+    seconds = getattr(EpochMetric, EPOCH_SECONDS)  # a column added from METRIC_FIELDS
+    mean = session.scalar(select(func.avg(seconds)).where(EpochMetric.job_id == job_id))
     epochs = int(job.spec["training"]["epochs"])
     return None if mean is None else max(epochs - job.current_epoch, 0) * float(mean)
 

@@ -18,6 +18,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
+from app.core.db import rows_changed
 from app.domain import crud
 from app.domain.states import ACTIVE, PREEMPTED, JobStatus
 from app.domain.tables import Job, Worker
@@ -30,11 +31,12 @@ CANDIDATES = 20  # queued jobs considered per round, highest priority first
 def preempt_round(session: Session, settings: Settings) -> int:
     """Ask running jobs to make room for queued ones far above them; how many were asked."""
     workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
-    running = session.execute(
+    rows = session.execute(
         select(Job, Worker.gpus)
         .join(Worker, Worker.name == Job.worker_name)
         .where(Job.status == JobStatus.running, Job.preemptible.is_(True))
     ).all()
+    running: list[tuple[Job, int]] = [(job, int(gpus)) for job, gpus in rows]
     if not running:
         return 0
     floor = min(job.priority for job, _ in running) + settings.preempt_margin
@@ -76,11 +78,12 @@ def _already_asked(session: Session, job_id: str) -> bool:
 
 def _ask(session: Session, victim: Job, job: Job) -> bool:
     """Mark the victim (one conditional UPDATE, so many processes ask once), committed."""
-    marked = session.execute(
+    marked = rows_changed(
+        session,
         update(Job)
         .where(Job.id == victim.id, Job.status == JobStatus.running, Job.preempted_by.is_(None))
-        .values(preempted_by=job.id)
-    ).rowcount
+        .values(preempted_by=job.id),
+    )
     session.commit()
     if marked:
         log.info(
@@ -95,7 +98,8 @@ def _ask(session: Session, victim: Job, job: Job) -> bool:
 
 def requeue(session: Session, job: Job, detail: str | None) -> bool:
     """Running -> queued after a preemption stop, under the same attempt; False if not ours."""
-    moved = session.execute(
+    moved = rows_changed(
+        session,
         update(Job)
         .where(
             Job.id == job.id,
@@ -105,8 +109,8 @@ def requeue(session: Session, job: Job, detail: str | None) -> bool:
         )
         .values(
             status=JobStatus.queued, lease_expires_at=None, worker_name=None, dispatched_at=None
-        )
-    ).rowcount
+        ),
+    )
     if moved:
         why = f"{PREEMPTED} for job {job.preempted_by}: {detail or 'stopped'}; resumes from there"
         crud.add_transition(session, job.id, JobStatus.running, JobStatus.queued, why, job.attempt)

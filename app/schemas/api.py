@@ -105,12 +105,13 @@ class JobsPublic(BaseModel):
 
 
 # One epoch: its number, then a nullable float per app.schemas.metric_row.METRIC_FIELDS name.
+_METRIC_COLUMNS: dict[str, Any] = dict.fromkeys(METRIC_FIELDS, (float | None, ...))
 MetricRow = create_model(
     "MetricRow",
     __doc__="One epoch; values that were not finite are null.",
     __config__=ConfigDict(from_attributes=True),
     epoch=(int, ...),
-    **dict.fromkeys(METRIC_FIELDS, (float | None, ...)),
+    **_METRIC_COLUMNS,
 )
 
 

@@ -51,10 +51,7 @@ MAX_PARAMETERS = 50_000_000
 MAX_FLOPS_PER_SAMPLE = 200_000_000_000
 
 
-_Spec = StrictModel
-
-
-class DatasetSpec(_Spec):
+class DatasetSpec(StrictModel):
     """Which data, how it is split and normalized."""
 
     name: BuiltinDataset | None = Field(None, description="A built-in data set; or give `id`.")
@@ -99,7 +96,7 @@ ModelSpec = Annotated[
 ]
 
 
-class TrainingSpec(_Spec):
+class TrainingSpec(StrictModel):
     """How long and in what batches; batch_size is the global batch over all replicas."""
 
     epochs: int = Field(10, ge=1, le=1000, description="passes over the training split")
@@ -113,7 +110,7 @@ class TrainingSpec(_Spec):
     shuffle: bool = Field(True, description="Reshuffle the samples (not batches) every epoch.")
 
 
-class RegularizationSpec(_Spec):
+class RegularizationSpec(StrictModel):
     """An explicit loss term l2 * sum(w**2) over kernel weights (not biases), both frameworks."""
 
     l2: float = Field(
@@ -125,7 +122,7 @@ class RegularizationSpec(_Spec):
     )
 
 
-class EarlyStoppingSpec(_Spec):
+class EarlyStoppingSpec(StrictModel):
     """Keras' EarlyStopping: stop after `patience` epochs without a min_delta improvement."""
 
     monitor: str = Field(
@@ -145,7 +142,7 @@ class EarlyStoppingSpec(_Spec):
     start_from_epoch: int = Field(0, ge=0, le=1000, description="epochs of warm-up not watched")
 
 
-class ResourcesSpec(_Spec):
+class ResourcesSpec(StrictModel):
     """Devices: gpus the worker must own, replicas (data parallel), strategy and precision."""
 
     gpus: int = Field(0, ge=0, le=64, description="GPUs the worker must own; 0 trains on CPU")
@@ -176,7 +173,7 @@ SPEC_EXAMPLE: dict[str, Any] = {
 }
 
 
-class JobSpec(_Spec):
+class JobSpec(StrictModel):
     """A training job: data, model and recipe; the same meaning in both frameworks."""
 
     model_config = ConfigDict(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import namedtuple
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -40,11 +40,11 @@ EpochRow = namedtuple("EpochRow", [c.name for c in METRICS])  # type: ignore[mis
 _CURSORS = "unnest(%(jobs)s::text[], %(transitions)s::bigint[], %(attempts)s::int[], "
 _CURSORS += "%(epochs)s::int[]) AS c(job_id, transition, attempt, epoch)"
 TRANSITIONS_AFTER_SQL = (
-    f"SELECT {', '.join('t.' + name for name in TransitionRow._fields)} FROM job_transition t "
+    f"SELECT {', '.join('t.' + c.name for c in TRANSITIONS)} FROM job_transition t "
     f"JOIN {_CURSORS} ON t.job_id = c.job_id AND t.id > c.transition ORDER BY t.id"
 )
 ROWS_AFTER_SQL = (
-    f"SELECT {', '.join('m.' + name for name in EpochRow._fields)} FROM epoch_metric m "
+    f"SELECT {', '.join('m.' + c.name for c in METRICS)} FROM epoch_metric m "
     f"JOIN {_CURSORS} ON m.job_id = c.job_id AND (m.attempt, m.epoch) > (c.attempt, c.epoch) "
     "ORDER BY m.attempt, m.epoch"
 )
@@ -140,7 +140,7 @@ def read_new(conn: Connection, cursors: Mapping[str, Cursor]) -> dict[str, list[
 
 
 def _by_job(
-    cursors: Mapping[str, Cursor], transitions: list[Any], rows: list[Any]
+    cursors: Mapping[str, Cursor], transitions: Sequence[Any], rows: Sequence[Any]
 ) -> dict[str, list[Event]]:
     found: dict[str, list[Event]] = {}
     for event in [*map(_transition_event, transitions), *map(_epoch_event, rows)]:

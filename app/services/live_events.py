@@ -136,7 +136,7 @@ class EventHub:
             if inspect.iscoroutinefunction(self.reader):
                 found = await self.reader(cursors)
             else:  # a blocking reader (a test's): off the loop
-                found = await asyncio.to_thread(self.reader, cursors)  # type: ignore[arg-type]
+                found = await asyncio.to_thread(self.reader, cursors)
         except Exception:  # a DB hiccup: keep the streams open and try again next round
             log.warning("reading job events failed", exc_info=True)
             return

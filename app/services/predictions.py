@@ -58,10 +58,10 @@ def _finite_or_none(values: np.ndarray) -> list[Any]:
     """As JSON allows: a value that is not finite (an overflowing regression output) is null."""
     finite = np.isfinite(values)
     if finite.all():
-        return values.tolist()  # type: ignore[no-any-return]
+        return values.tolist()
     cells = values.astype(object)
     cells[~finite] = None
-    return cells.tolist()  # type: ignore[no-any-return]
+    return cells.tolist()
 
 
 def _clean(exc: BaseException) -> str:

@@ -81,7 +81,7 @@ def storage(create_tables: bool = False) -> Any:
 
 def snapshot(study: optuna.Study) -> AbstractContextManager[None]:
     """Within it, the study's trials are read once and later reads come from memory."""
-    return study._storage.snapshot(study._study_id)  # type: ignore[attr-defined, no-any-return]
+    return study._storage.snapshot(study._study_id)  # type: ignore[attr-defined]
 
 
 def ensure_tables() -> None:

@@ -12,6 +12,7 @@ Every error the API answers is raised as ApiError carrying the problem details.
 
 from __future__ import annotations
 
+import builtins
 import io
 import os
 import re
@@ -154,6 +155,8 @@ class Client(SweepMethods):
     def get(self, job_id: str) -> Job:
         return build(Job, self._json("GET", f"/v1/jobs/{job_id}"))
 
+    # Signatures below this method name the builtin as builtins.list: in the class body, `list`
+    # is this method.
     def list(
         self, status: str | None = None, framework: str | None = None, limit: int = 50
     ) -> list[Job]:
@@ -170,7 +173,7 @@ class Client(SweepMethods):
                 break
         return jobs[:limit]
 
-    def metrics(self, job_id: str, since_epoch: int = 0) -> list[MetricRow]:
+    def metrics(self, job_id: str, since_epoch: int = 0) -> builtins.list[MetricRow]:
         """The per-epoch rows after `since_epoch`, in epoch order."""
         rows: list[MetricRow] = []
         while True:
@@ -199,7 +202,7 @@ class Client(SweepMethods):
                 raise TimeoutError(f"job {job_id} is still {job.status} after {timeout}s")
             time.sleep(poll)
 
-    def logs(self, job_id: str, tail: int = 200) -> list[str]:
+    def logs(self, job_id: str, tail: int = 200) -> builtins.list[str]:
         """The last `tail` lines of the job's log."""
         response = self._request("GET", f"/v1/jobs/{job_id}/logs", params={"tail": tail})
         if "json" not in response.headers.get("content-type", ""):
@@ -304,7 +307,7 @@ class Client(SweepMethods):
             files = {"file": (path.name, f, "application/octet-stream")}
             return build(Dataset, self._json("POST", "/v1/datasets", data=data, files=files))
 
-    def datasets(self) -> list[Dataset]:
+    def datasets(self) -> builtins.list[Dataset]:
         return [build(Dataset, item) for item in _items(self._json("GET", "/v1/datasets"))]
 
     def download_model(self, job_id: str, path: str | Path = ".", format: str = "native") -> Path:
@@ -340,7 +343,7 @@ class Client(SweepMethods):
         and estimated start under "jobs", other keys' as counts under "others"."""
         return dict(self._json("GET", "/v1/queue", params={"limit": limit}))
 
-    def workers(self) -> list[WorkerInfo]:
+    def workers(self) -> builtins.list[WorkerInfo]:
         return [build(WorkerInfo, item) for item in _items(self._json("GET", "/v1/workers"))]
 
 

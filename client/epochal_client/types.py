@@ -216,7 +216,8 @@ def build(cls: type[T], data: dict[str, Any]) -> T:
 
 def parse_sse(lines: Iterable[str]) -> Iterator[Event]:
     """Events from text/event-stream lines (the WHATWG rules: data lines joined, comments out)."""
-    kind, data, event_id = "message", [], None
+    data: list[str] = []
+    kind, event_id = "message", None
     for line in lines:
         if not line:
             if data:

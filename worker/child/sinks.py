@@ -52,7 +52,7 @@ class DbMetricRecorder(Callback):
         if not owned:
             raise _lost(self.job_id, self.attempt)
 
-    def _write(self, epoch: int, row: Logs, best: tuple[int, float] | None) -> bool:
+    def _write(self, epoch: int, row: Logs, best: tuple[int, float | None] | None) -> bool:
         with session_scope() as session:
             return epoch_rows.record_epoch(session, self.job_id, self.attempt, epoch, row, best)
 

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import delete, update
 
 from app.core.config import Settings, get_settings
-from app.core.db import session_scope
+from app.core.db import rows_changed, session_scope
 from app.domain.cost import host_memory_bytes
 from app.domain.tables import Worker, utcnow
 from app.services.queue import queue_for_gpus
@@ -95,11 +95,12 @@ def register(name: str, devices: list[dict[str, Any]]) -> None:
 def beat(name: str, devices: list[dict[str, Any]]) -> None:
     """Refresh this worker's row (or register it again if someone removed it)."""
     with session_scope() as session:
-        refreshed = session.execute(
+        refreshed = rows_changed(
+            session,
             update(Worker)
             .where(Worker.name == name)
-            .values(heartbeat_at=utcnow(), disk_free_bytes=disk_free_bytes())
-        ).rowcount
+            .values(heartbeat_at=utcnow(), disk_free_bytes=disk_free_bytes()),
+        )
     if not refreshed:
         register(name, devices)
 

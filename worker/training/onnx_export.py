@@ -11,6 +11,7 @@ the reshape into the shape the graph reads ((H, W) images gain their channel axi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import onnx
@@ -43,7 +44,7 @@ class GraphBuilder:
         self.initializers.append(numpy_helper.from_array(np.asarray(value), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs: object) -> str:
+    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs: Any) -> str:
         self._count += 1
         name = out or f"{op_type.lower()}_{self._count}"
         node = helper.make_node(op_type, inputs, [name], name=f"n{self._count}", **attrs)

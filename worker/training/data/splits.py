@@ -21,7 +21,8 @@ def split_and_normalize(raw: RawData, spec: JobSpec) -> Splits:
     x, y, xt, yt = raw.x, raw.y, raw.x_test, raw.y_test
     if ds.limit:
         x, y = x[: ds.limit], y[: ds.limit]
-        xt, yt = (xt[: ds.limit], yt[: ds.limit]) if xt is not None else (None, None)
+        if xt is not None and yt is not None:
+            xt, yt = xt[: ds.limit], yt[: ds.limit]
     order = np.random.default_rng(seed).permutation(len(x))
     n_val = int(round(len(x) * ds.validation_split))
     if n_val == 0 and ds.validation_split > 0:

@@ -10,6 +10,7 @@ so the summed replica gradients equal the one-device gradient (the seed's bug, P
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -167,7 +168,9 @@ class TFBackend:
         name = "accuracy" if self.classify else "mae"
         return TrainedEpoch({"loss": loss_sum / seen, name: metric_sum / seen}, samples=seen)
 
-    def _single_chunks(self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int):  # type: ignore[no-untyped-def]
+    def _single_chunks(
+        self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int
+    ) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         batch = self.spec.training.batch_size
         full = len(order) // batch
         grid = np.zeros((-(-full // CHUNK_STEPS) * CHUNK_STEPS, batch), np.int32)
@@ -181,7 +184,9 @@ class TFBackend:
         if full < steps:  # the partial last batch: one more (small) compiled shape
             yield self._chunk(x, y, tf.constant(order[full * batch :][None, :]), tf.constant(1))
 
-    def _mirrored_chunks(self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int):  # type: ignore[no-untyped-def]
+    def _mirrored_chunks(
+        self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int
+    ) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
         batch = self.spec.training.batch_size
         dataset = (
             tf.data.Dataset.from_tensor_slices(order)

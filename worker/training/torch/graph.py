@@ -8,7 +8,7 @@ the same as in the TensorFlow back-end and model.onnx, with no conversion anywhe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -75,6 +75,6 @@ class GraphModule(nn.Module):
         """Every variable in the graph's order (worker.training.init's and model.onnx's)."""
         out = []
         for name, _ in self.wiring:
-            module = self.nodes[name]
+            module = cast(OpModule, self.nodes[name])
             out += [getattr(module, v) for v in module.names]
         return out
