@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     fair_share_tolerance: float = Field(
         0.25,
         ge=0,
-        le=10,
+        le=100,
         description="Keys whose usage is within this fraction of the least count as level: "
         "the one that started a job longest ago goes next.",
     )

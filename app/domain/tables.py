@@ -201,12 +201,13 @@ class JobRun(Base):
     job_id: Mapped[str] = mapped_column(String(36))  # no foreign key: usage outlives a job
     owner_id: Mapped[str | None] = mapped_column(String(16))
     slots: Mapped[int] = mapped_column(Integer)  # GPUs, or 1 for a CPU job (worker-seconds)
-    started_at: Mapped[datetime] = mapped_column(default=utcnow)
-    ended_at: Mapped[datetime | None]
+    # Unix seconds, so a key's usage is summed by the database on every backend.
+    started: Mapped[float] = mapped_column(Float)
+    ended: Mapped[float | None] = mapped_column(Float)
 
     __table_args__ = (
-        Index("ix_job_run_owner_ended", "owner_id", "ended_at"),
-        Index("ix_job_run_job_ended", "job_id", "ended_at"),
+        Index("ix_job_run_owner_ended", "owner_id", "ended"),
+        Index("ix_job_run_job_ended", "job_id", "ended"),
     )
 
 

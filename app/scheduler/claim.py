@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, func, literal, null, select
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
@@ -65,12 +65,8 @@ def _at_priority(
     now: datetime,
 ) -> str | None:
     """The oldest job of the key whose turn it is at this priority (None: all taken)."""
-    heads = session.execute(
-        select(Job.owner_id, func.min(Job.created_at))
-        .where(*where, Job.priority == priority)
-        .group_by(Job.owner_id)
-    ).all()
-    for share in fair_order(shares(session, heads, settings, now), settings.fair_share_tolerance):
+    found = heads(session, [*where, Job.priority == priority])
+    for share in fair_order(shares(session, found, settings, now), settings.fair_share_tolerance):
         mine = Job.owner_id.is_(None) if share.owner is None else Job.owner_id == share.owner
         oldest = (
             select(Job.id)
@@ -85,23 +81,34 @@ def _at_priority(
     return None
 
 
+def heads(session: Session, level: list[ColumnElement[bool]]) -> list[tuple[Any, ...]]:
+    """(key, its oldest job, its weight) of each key with jobs in `level`, in one statement: a
+    skip scan of the queue index (one probe per key, not a pass over every queued job), then
+    the jobs stored without a key (weight 1)."""
+    walk = select(func.min(Job.owner_id).label("owner")).where(*level).cte("keys", recursive=True)
+    after = select(func.min(Job.owner_id)).where(*level, Job.owner_id > walk.c.owner)
+    walk = walk.union_all(select(after.scalar_subquery()).where(walk.c.owner.is_not(None)))
+    oldest = select(func.min(Job.created_at)).where(*level, Job.owner_id == walk.c.owner)
+    keyed = (
+        select(walk.c.owner, oldest.scalar_subquery(), func.coalesce(ApiKey.share_weight, 1.0))
+        .outerjoin(ApiKey, ApiKey.id == walk.c.owner)
+        .where(walk.c.owner.is_not(None))
+    )
+    first = func.min(Job.created_at)
+    keyless = (
+        select(null().cast(Job.owner_id.type), first, literal(1.0))
+        .where(*level, Job.owner_id.is_(None))
+        .having(first.is_not(None))
+    )
+    return [tuple(row) for row in session.execute(keyed.union_all(keyless))]
+
+
 def shares(
     session: Session, heads: Sequence[Any], settings: Settings, now: datetime
 ) -> list[Share]:
     """Each competing key's usage in the window, weight, last start and oldest queued job."""
-    owners = [owner for owner, _ in heads]
-    used = usage(session, owners, settings.fair_share_window_seconds, now)
-    weights = weights_of(session, owners)
+    used = usage(session, [owner for owner, _, _ in heads], settings.fair_share_window_seconds, now)
     return [
-        Share(owner, used[owner].seconds, weights.get(owner, 1.0), used[owner].last_start, oldest)
-        for owner, oldest in heads
+        Share(owner, used[owner].seconds, float(weight), used[owner].last_start, oldest)
+        for owner, oldest, weight in heads
     ]
-
-
-def weights_of(session: Session, owners: Sequence[str | None]) -> dict[str | None, float]:
-    """The admin-set share weight of each key (1 unless set)."""
-    ids = [owner for owner in owners if owner is not None]
-    if not ids:
-        return {}
-    rows = session.execute(select(ApiKey.id, ApiKey.share_weight).where(ApiKey.id.in_(ids)))
-    return {key_id: float(weight) for key_id, weight in rows}

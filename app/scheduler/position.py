@@ -23,7 +23,7 @@ from app.domain import crud
 from app.domain.epoch_stats import totals
 from app.domain.states import ACTIVE
 from app.domain.tables import EpochMetric, Job, Worker, utcnow
-from app.scheduler.claim import fits, shares
+from app.scheduler.claim import fits, heads, shares
 from app.scheduler.policy import fair_order
 
 EPOCH_SECONDS = "epoch_seconds"  # the metrics row's field (app.schemas.metric_row)
@@ -74,9 +74,7 @@ def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: 
         select(func.count()).select_from(Job).where(*where, Job.priority > job.priority)
     )
     level = [*where, Job.priority == job.priority]
-    heads = session.execute(
-        select(Job.owner_id, func.min(Job.created_at)).where(*level).group_by(Job.owner_id)
-    ).all()
+    found = heads(session, level)
     counts = dict(
         session.execute(
             select(Job.owner_id, func.count()).where(*level).group_by(Job.owner_id)
@@ -90,7 +88,7 @@ def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: 
         session.scalar(select(func.count()).select_from(Job).where(*level, mine, earlier)) or 0
     )
     tolerance = settings.fair_share_tolerance
-    turn = fair_order(shares(session, heads, settings, now), tolerance)
+    turn = fair_order(shares(session, found, settings, now), tolerance)
     owners = [share.owner for share in turn]
     rank = owners.index(job.owner_id) if job.owner_id in owners else len(owners)
     others = sum(

@@ -39,8 +39,8 @@ def seed(engine: Engine, queued: int, priorities: int) -> None:
             "job_id": f"run-{k}-{i}",
             "owner_id": key,
             "slots": 1,
-            "started_at": now - timedelta(minutes=30 * i + 20),
-            "ended_at": now - timedelta(minutes=30 * i),
+            "started": (now - timedelta(minutes=30 * i + 20)).timestamp(),
+            "ended": (now - timedelta(minutes=30 * i)).timestamp(),
         }
         for k, key in enumerate(keys)
         for i in range(50)

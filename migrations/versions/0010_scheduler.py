@@ -36,12 +36,12 @@ def upgrade() -> None:
         sa.Column("job_id", sa.String(36), nullable=False),
         sa.Column("owner_id", sa.String(16), nullable=True),
         sa.Column("slots", sa.Integer(), nullable=False),
-        sa.Column("started_at", TS, nullable=False),
-        sa.Column("ended_at", TS, nullable=True),
+        sa.Column("started", sa.Float(), nullable=False),
+        sa.Column("ended", sa.Float(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_job_run"),
     )
-    op.create_index("ix_job_run_owner_ended", "job_run", ["owner_id", "ended_at"])
-    op.create_index("ix_job_run_job_ended", "job_run", ["job_id", "ended_at"])
+    op.create_index("ix_job_run_owner_ended", "job_run", ["owner_id", "ended"])
+    op.create_index("ix_job_run_job_ended", "job_run", ["job_id", "ended"])
     op.create_table(
         "scheduler_stat",
         sa.Column("name", sa.String(32), nullable=False),

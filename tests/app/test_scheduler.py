@@ -49,7 +49,7 @@ def finish(job: Job, seconds: float = 10.0, started: datetime | None = None) -> 
         session.execute(
             update(JobRun)
             .where(JobRun.job_id == job.id)
-            .values(started_at=start, ended_at=start + timedelta(seconds=seconds))
+            .values(started=start.timestamp(), ended=start.timestamp() + seconds)
         )
 
 
@@ -193,3 +193,34 @@ def test_a_lost_worker_after_a_preemption_request_is_a_new_attempt(db_env: dict[
         claim_next(session, "w1", 0, get_settings())
     resumed = claim()
     assert resumed is not None and resumed.id == low.id and resumed.attempt == 2
+
+
+def test_a_key_of_weight_three_runs_three_jobs_to_one(db_env: dict[str, str]) -> None:
+    from app.domain.keys import set_share
+
+    heavy, light = new_key("heavy"), new_key("light")
+    with session_scope() as session:
+        set_share(session, heavy, weight=3.0)
+    jobs = {new_job(owner=light): "light" for _ in range(2)}
+    jobs |= {new_job(owner=heavy): "heavy" for _ in range(6)}
+    order, clock = [], utcnow() - timedelta(hours=1)
+    for _ in range(8):
+        job = claim()
+        assert job is not None
+        order.append(jobs[job.id])
+        finish(job, 10, started=clock)
+        clock += timedelta(seconds=10)
+    assert order == ["light", "heavy", "heavy", "heavy", "light", "heavy", "heavy", "heavy"]
+
+
+def test_a_sweeps_priority_is_every_trials() -> None:
+    from app.schemas.sweep import SweepSpec
+    from app.services.sweeps import trial_spec
+
+    base = {"framework": "pytorch", "dataset": {"name": "digits"}, "priority": 20}
+    space = {"optimizer.learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-1}}
+    body = {"base": base, "parameters": space}
+    params = {"optimizer.learning_rate": 0.01}
+    assert trial_spec(SweepSpec.model_validate(body), 0, params).priority == 20
+    urgent = SweepSpec.model_validate({**body, "priority": 80})
+    assert trial_spec(urgent, 0, params).priority == 80

@@ -20,10 +20,12 @@ pytestmark = pytest.mark.e2e
 SETTINGS = {
     "EPOCHAL_HEARTBEAT_SECONDS": "1",
     "EPOCHAL_MAINTENANCE_SECONDS": "1",
-    # Keys level within 4x of each other take turns: on a loaded 2-core box the same tiny job
-    # takes 1 s or 10 s, and GPU-seconds alone would rightly let the key whose job was quick go
-    # again. The ordering by usage itself is tests/app/test_scheduler.py's.
-    "EPOCHAL_FAIR_SHARE_TOLERANCE": "3",
+    # Keys count as level, and so take turns by their last start, unless one used over 20x
+    # what the other did: under load the same tiny job takes 1 s warm or 11 s when its
+    # training process starts cold, and GPU-seconds alone would rightly let the key whose job
+    # was quick go again. Here the real worker's claims are checked to follow the scheduler's
+    # turns; the ordering by measured usage is tests/app/test_scheduler.py's (set durations).
+    "EPOCHAL_FAIR_SHARE_TOLERANCE": "20",
 }
 TINY: dict[str, Any] = {"dataset": {"name": "digits"}, "training": {"epochs": 2}}
 BLOCKER: dict[str, Any] = {

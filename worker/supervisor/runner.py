@@ -17,18 +17,16 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings, get_settings
-from app.core.db import retrying, session_scope
+from app.core.db import retrying
 from app.core.log_setup import job_context
 from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line, cap_log
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import utcnow
-from app.scheduler.claim import claim_next
 from app.schemas.job_spec import JobSpec
 from worker.protocol import (
     SPAWNED_ENV,
@@ -40,7 +38,7 @@ from worker.protocol import (
     read_outcome,
     request_stop,
 )
-from worker.supervisor import shutdown
+from worker.supervisor import shutdown, wakeup
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record
 from worker.supervisor.lease import LeaseKeeper
@@ -74,7 +72,7 @@ def run_job(job_id: str, worker_name: str) -> None:
     if shutdown.declined(job_id):
         return
     within = settings.lease_seconds  # a claim whose commit was lost finds the job taken
-    claimed = retrying(lambda: _claim(settings, worker_name), within, "claim")
+    claimed = retrying(lambda: wakeup.claim(settings, worker_name), within, "claim")
     if claimed is None:
         log.info(
             "job %s is not queued (taken, cancelled or ended) and no queued job fits: "
@@ -82,7 +80,9 @@ def run_job(job_id: str, worker_name: str) -> None:
             job_id,
         )
         return
-    job_id, attempt, stored, started_at = claimed
+    woken_for, (job_id, attempt, stored, started_at) = job_id, claimed
+    if woken_for != job_id:  # this message went to another job: its own job needs one again
+        wakeup.resend(woken_for)
     spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
     _set_current_job(worker_name, job_id)
     try:
@@ -117,17 +117,6 @@ def _run_attempt(
         run.process.wait()
         raise
     record_end(settings, run)
-
-
-def _claim(settings: Settings, worker_name: str) -> tuple[str, int, Any, datetime] | None:
-    """(job id, attempt, stored spec, first start) of the attempt this worker just claimed."""
-    with session_scope() as session:
-        gpus = len(settings.worker_gpu_ids)
-        job = claim_next(session, worker_name, gpus, settings)
-        if job is None:
-            return None
-        assert job.started_at is not None  # a claim sets it
-        return job.id, job.attempt, job.spec, job.started_at
 
 
 def _set_current_job(worker_name: str, job_id: str | None) -> None:
