@@ -38,6 +38,9 @@ def field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     """Each offending field: where, what is wrong, the error type (no echo of the input)."""
     out = []
     for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            out.append(invalid_json(err))
+            continue
         loc = [str(part) for part in err.get("loc", ())]
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         out.append(
@@ -49,6 +52,15 @@ def field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def invalid_json(err: Any) -> dict[str, Any]:
+    """A body that does not parse: what the parser expected and where, not a field "23"."""
+    loc = list(err.get("loc", ()))
+    where = f" at character {loc[1]} of the body" if len(loc) > 1 else ""
+    reason = str((err.get("ctx") or {}).get("error") or "not JSON")
+    msg = f"the body is not valid JSON: {reason}{where}"
+    return {"loc": ["body"], "field": "", "msg": msg, "type": "json_invalid"}
 
 
 async def _validation(_: Request, exc: Exception) -> JSONResponse:

@@ -14,14 +14,14 @@ from sqlalchemy import Integer, Select, String, Text, and_, bindparam, cast, sel
 from app.domain.paging import cursor_after, decode_cursor
 from app.domain.tables import EpochMetric, Job, UTCDateTime
 from app.schemas.api import JobSummary
-from app.schemas.metric_row import ROW_FIELDS
+from app.schemas.metric_row import ROW_FIELDS, spec_best_field
 
-# A job in a list, as app.schemas.api.JobSummary orders it: columns of the job, and `epochs`
-# and `tags` from its spec. The JSON columns come as text, parsed here by orjson: PostgreSQL's
-# JSON operators fail on a whole document when one of its strings holds an escaped NUL (a tag
-# may), and asyncpg hands JSON over as text anyway.
+# A job in a list, as app.schemas.api.JobSummary orders it: columns of the job, and `epochs`,
+# `tags` and `best_metric_name` from its spec. The JSON columns come as text, parsed here by
+# orjson: PostgreSQL's JSON operators fail on a whole document when one of its strings holds an
+# escaped NUL (a tag may), and asyncpg hands JSON over as text anyway.
 SUMMARY_FIELDS = tuple(JobSummary.model_fields)
-FROM_SPEC = ("epochs", "tags")
+FROM_SPEC = ("epochs", "tags", "best_metric_name")
 AS_TEXT = ("model_summary", "spec")  # read last, in this order
 SUMMARY_COLUMNS = (
     *(name for name in SUMMARY_FIELDS if name not in FROM_SPEC + AS_TEXT),
@@ -84,6 +84,7 @@ def _summary(row: Row) -> dict[str, Any]:
     if values["model_summary"] is not None:
         values["model_summary"] = orjson.loads(values["model_summary"])
     values["epochs"], values["tags"] = spec["training"]["epochs"], spec.get("tags") or {}
+    values["best_metric_name"] = spec_best_field(spec)
     return {name: values[name] for name in SUMMARY_FIELDS}
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select, tuple_
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from app.core.config import get_settings
 from app.domain.paging import decode_cursor, encode_cursor
@@ -75,6 +75,15 @@ def yield_to_optuna(session: Session) -> None:
 def trial_jobs(session: Session, sweep_id: str) -> Sequence[Job]:
     """The sweep's trial jobs, by trial number."""
     query = select(Job).where(Job.sweep_id == sweep_id).order_by(Job.sweep_trial, Job.created_at)
+    return session.scalars(query).all()
+
+
+def trial_outcomes(session: Session, sweep_ids: Sequence[str]) -> Sequence[Job]:
+    """The trial jobs of these sweeps with only what their state needs (no spec, no result)."""
+    if not sweep_ids:
+        return []
+    columns = load_only(Job.id, Job.sweep_id, Job.status, Job.stop_reason)
+    query = select(Job).options(columns).where(Job.sweep_id.in_(sweep_ids))
     return session.scalars(query).all()
 
 

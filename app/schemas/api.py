@@ -42,6 +42,10 @@ class ModelSummary(BaseModel):
     layers: list[LayerSummary]
 
 
+BEST_NAME = (
+    "the metrics-row field best_epoch and best_metric are chosen by: early_stopping.monitor, "
+    "else val_loss (train_loss without a validation split)"
+)
 MODEL_SUMMARY = "the built model (head included); null for a job stored before summaries"
 
 
@@ -60,6 +64,7 @@ class JobPublic(BaseModel):
     current_epoch: int
     best_epoch: int | None
     best_metric: float | None
+    best_metric_name: str = Field(description=BEST_NAME)
     error_code: str | None
     error: str | None
     result: dict[str, Any] | None
@@ -91,6 +96,7 @@ class JobSummary(BaseModel):
     current_epoch: int
     best_epoch: int | None
     best_metric: float | None
+    best_metric_name: str = Field(description=BEST_NAME)
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -47,6 +47,13 @@ BUILTIN_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
     "mnist": ((28, 28), 10),
     "digits": ((8, 8), 10),
 }
+# The names of the built-in data sets' classes, by index (the others' classes are their digits).
+CLASS_NAMES: dict[str, tuple[str, ...]] = {
+    "fashion_mnist": (
+        "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    ),
+}  # fmt: skip
 MAX_PARAMETERS = 50_000_000
 MAX_FLOPS_PER_SAMPLE = 200_000_000_000
 
@@ -268,6 +275,12 @@ def _check_task_and_data(spec: JobSpec) -> None:
         raise ValueError(f"task regression needs a synthetic or uploaded data set, not {ds.name}")
     if spec.task == "regression" and ds.classes:
         raise ValueError("dataset.classes does not apply to task regression")
+
+
+def class_labels(spec: JobSpec, classes: int) -> list[Any]:
+    """Each class's label, by index: its name when the data set names them, else the index."""
+    names = CLASS_NAMES.get(spec.dataset.name or "", ())
+    return list(names) if len(names) == classes else list(range(classes))
 
 
 def monitor_names(spec: JobSpec) -> set[str]:

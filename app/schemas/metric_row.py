@@ -11,6 +11,8 @@ them equal).
 
 from __future__ import annotations
 
+from typing import Any
+
 SPLITS = ("train", "val")  # the passes of an epoch that are scored
 SCORES = ("loss", "accuracy", "mae")  # what a back-end reports for a pass (loss incl. L2)
 EPOCH_MEASURES = ("learning_rate", "epoch_seconds", "samples_per_second")
@@ -32,3 +34,17 @@ def monitored(monitor: str) -> str:
     """The row field a spec's monitor watches: the spec names a training score bare, as Keras
     does (`loss`, `accuracy`), and a validation one by its field (`val_loss`)."""
     return score_field("train", monitor) if monitor in SCORES else monitor
+
+
+def best_field(monitor: str | None, validates: bool) -> str:
+    """The row field a job's best epoch is chosen by: early stopping's monitor when it has one,
+    else the validation loss (the training loss without a validation split)."""
+    if monitor is not None:
+        return monitored(monitor)
+    return score_field("val" if validates else "train", "loss")
+
+
+def spec_best_field(spec: dict[str, Any]) -> str:
+    """best_field of a stored spec (a JobSpec as JSON, its defaults filled in)."""
+    monitor = (spec.get("early_stopping") or {}).get("monitor")
+    return best_field(monitor, (spec.get("dataset") or {}).get("validation_split", 0) > 0)

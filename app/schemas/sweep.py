@@ -240,6 +240,9 @@ class SweepSummary(BaseModel):
     trials_launched: int
     max_trials: int
     objective: ObjectiveSpec
+    best_objective: float | None = Field(
+        None, description="the objective of the best complete trial so far (none yet: null)"
+    )
     wait_reason: str | None = Field(
         None, description="why no trial is queued now though one may be: the key's limits"
     )

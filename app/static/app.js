@@ -22,8 +22,16 @@
   const badge = (status) => h("span", { class: `badge ${status}`, "data-testid": "status" }, status);
   const num = (v, digits = 4) => {
     if (v === null || v === undefined) return "–";
-    return Math.abs(v) >= 1000 ? Math.round(v).toLocaleString() : Number(v).toFixed(digits);
+    if (Number.isInteger(v) || Math.abs(v) >= 1000) return Math.round(v).toLocaleString(); // best_epoch 2, replicas 1
+    return Number(v).toFixed(digits);
   };
+  // The best epoch and the metric it was chosen by: "val_loss 0.3121 @ epoch 4".
+  const bestText = (j) => (j.best_epoch ? `${j.best_metric_name || "best"} ${num(j.best_metric)} @ epoch ${j.best_epoch}` : "–");
+  // Nested objects (export, timings) as dotted keys with their values, not as raw JSON.
+  const flat = (value, prefix) => (value !== null && typeof value === "object" && !Array.isArray(value) && Object.keys(value).length
+    ? Object.entries(value).flatMap(([k, v]) => flat(v, `${prefix}.${k}`))
+    : [[prefix, value]]);
+  const shown = (v) => (typeof v === "number" ? num(v) : Array.isArray(v) ? v.map(shown).join(", ") : v === null || v === undefined ? "–" : String(v));
   const when = (iso) => (iso ? new Date(iso).toLocaleString() : "–");
 
   class ApiError extends Error {
@@ -108,6 +116,10 @@
     } } },
       h("h1", {}, "Log in"),
       h("label", {}, "API key (kept in this tab only)", input),
+      h("p", { class: "muted", "data-testid": "key-help" }, "make run (epochal up) wrote an admin key to the file api-key in its home: ",
+        h("code", {}, ".epochal/api-key"), " in the directory it was started from, or ", h("code", {}, "$EPOCHAL_HOME/api-key"),
+        " (its banner prints the full path; ", h("code", {}, "cat"), " it and paste the key here). ",
+        h("code", {}, "epochal keys create NAME"), " makes a key of your own."),
       h("button", { class: "primary", type: "submit", "data-testid": "login" }, "Log in"), error);
     show(form);
     input.focus();
@@ -128,7 +140,7 @@
         h("td", {}, badge(j.status)),
         h("td", {}, j.framework),
         h("td", {}, h("progress", { max: j.epochs, value: j.current_epoch }), ` ${j.current_epoch}/${j.epochs}`),
-        h("td", {}, j.best_epoch ? `${num(j.best_metric)} @ ${j.best_epoch}` : "–"),
+        h("td", { "data-testid": "job-best" }, bestText(j)),
         h("td", {}, when(j.created_at)))));
       if (!items.length) body.replaceChildren(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No jobs yet.")));
     }
@@ -184,9 +196,9 @@
       facts.replaceChildren(
         h("dt", {}, "id"), h("dd", {}, job.id), h("dt", {}, "framework"), h("dd", {}, job.framework),
         h("dt", {}, "attempt"), h("dd", {}, job.attempt), h("dt", {}, "stop reason"), h("dd", {}, job.stop_reason || "–"),
-        h("dt", {}, "best epoch"), h("dd", {}, job.best_epoch ? `${job.best_epoch} (${num(job.best_metric)})` : "–"),
-        ...Object.entries(job.result || {}).filter(([k]) => k !== "evaluation").flatMap(([k, v]) => [h("dt", {}, k),
-          h("dd", {}, typeof v === "number" ? num(v) : v !== null && typeof v === "object" ? JSON.stringify(v) : String(v))]));
+        h("dt", {}, "best"), h("dd", { "data-testid": "best" }, bestText(job)),
+        ...Object.entries(job.result || {}).filter(([k]) => k !== "evaluation").flatMap(([k, v]) => flat(v, k))
+          .flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-result": k }, shown(v))]));
       const series = (key, name, color) => ({ name, color, points: sorted.map((r) => [r.epoch, r[key]]).filter((p) => p[1] !== null) });
       EpochalChart.draw(lossSvg, { title: "loss", bestX: job.best_epoch, series: [series("train_loss", "train", "#2563eb"), series("val_loss", "validation", "#f97316")] });
       const metric = regression ? "mae" : "accuracy";

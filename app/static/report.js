@@ -14,17 +14,20 @@ window.EpochalReport = (function () {
   // Rows are true classes, columns predictions; a cell's shade is its share of the true class
   // (blue on the diagonal, red off it). Colours go through the CSSOM: the page's CSP forbids
   // inline style attributes.
-  function heatmap(matrix) {
+  // A class index to its label: the report's class names (Fashion-MNIST's), else the index.
+  const labeller = (report) => (i) => (report.classes && report.classes[i] !== undefined ? report.classes[i] : i);
+
+  function heatmap(matrix, label = (i) => i) {
     const k = matrix.length;
     const grid = el("div", { class: "heatmap", "data-testid": "heatmap", role: "table" });
     grid.style.gridTemplateColumns = `auto repeat(${k}, minmax(1.6rem, 2.4rem))`;
     grid.append(el("div", { class: "corner" }, "true \\ pred"));
-    for (let p = 0; p < k; p++) grid.append(el("div", { class: "label" }, p));
+    for (let p = 0; p < k; p++) grid.append(el("div", { class: "label", "data-testid": "heatmap-label" }, label(p)));
     matrix.forEach((row, t) => {
       const support = row.reduce((a, b) => a + b, 0) || 1;
-      grid.append(el("div", { class: "label" }, t));
+      grid.append(el("div", { class: "label" }, label(t)));
       row.forEach((count, p) => {
-        const cell = el("div", { class: "cell", "data-testid": "heatmap-cell", title: `true ${t}, predicted ${p}: ${count}` }, count || "");
+        const cell = el("div", { class: "cell", "data-testid": "heatmap-cell", title: `true ${label(t)}, predicted ${label(p)}: ${count}` }, count || "");
         const share = count / support;
         const rgb = t === p ? "37, 99, 235" : "220, 38, 38";
         cell.style.backgroundColor = `rgba(${rgb}, ${count ? 0.08 + 0.92 * share : 0})`;
@@ -42,14 +45,15 @@ window.EpochalReport = (function () {
   }
 
   function classification(report) {
+    const label = labeller(report);
     const perClass = table(["class", "precision", "recall", "F1", "support"],
-      report.per_class.map((r) => [r.class, num(r.precision), num(r.recall), num(r.f1), r.support]), "per-class");
+      report.per_class.map((r) => [label(r.class), num(r.precision), num(r.recall), num(r.f1), r.support]), "per-class");
     const confusions = table(["true", "predicted as", "count"],
-      report.top_confusions.map((c) => [c.true, c.predicted, c.count]), "top-confusions");
+      report.top_confusions.map((c) => [label(c.true), label(c.predicted), c.count]), "top-confusions");
     return [
       el("p", { class: "muted" }, `on ${report.split} (${report.samples} samples): accuracy ${num(report.accuracy)}, macro F1 ${num(report.macro_f1)}`),
       el("div", { class: "charts" },
-        el("div", { class: "card" }, el("h3", {}, "Confusion matrix"), heatmap(report.confusion_matrix)),
+        el("div", { class: "card" }, el("h3", {}, "Confusion matrix"), heatmap(report.confusion_matrix, label)),
         el("div", {}, el("h3", {}, "Per class"), perClass, el("h3", {}, "Most frequent confusions"), confusions)),
     ];
   }

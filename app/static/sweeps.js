@@ -12,18 +12,19 @@ window.EpochalSweeps = (function () {
   };
 
   async function listView(ui) {
-    const { h, show, getJson, badge, when } = ui;
+    const { h, show, getJson, badge, when, num } = ui;
     const body = h("tbody", { "data-testid": "sweeps" });
     show(h("div", { class: "toolbar" }, h("h1", {}, "Sweeps")),
-      h("table", {}, h("thead", {}, h("tr", {}, ["Name", "Status", "Trials", "Objective", "Created"].map((c) => h("th", {}, c)))), body));
+      h("table", {}, h("thead", {}, h("tr", {}, ["Name", "Status", "Trials", "Objective", "Best", "Created"].map((c) => h("th", {}, c)))), body));
     const { items } = await getJson("/v1/sweeps?limit=100");
     body.replaceChildren(...items.map((s) => h("tr", { "data-sweep": s.id },
       h("td", {}, h("a", { href: `#/sweeps/${s.id}` }, s.name), h("div", { class: "muted" }, s.id.slice(0, 8))),
       h("td", {}, badge(s.status)),
       h("td", {}, `${s.trials_launched}/${s.max_trials}`),
       h("td", {}, `${s.objective.metric} (${s.objective.mode})`),
+      h("td", { "data-testid": "sweep-best" }, s.best_objective === null || s.best_objective === undefined ? "–" : `${s.objective.metric} ${num(s.best_objective)}`),
       h("td", {}, when(s.created_at)))));
-    if (!items.length) body.replaceChildren(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No sweeps yet: POST /v1/sweeps or epochal sweep submit.")));
+    if (!items.length) body.replaceChildren(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No sweeps yet: POST /v1/sweeps or epochal sweep submit.")));
   }
 
   // x position of a parameter value: log10 for a log range, the choice's index for a category.

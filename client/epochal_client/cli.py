@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from epochal_client import predict_files, render, tensorboard_export
-from epochal_client.client import MODEL_FORMATS
+from epochal_client.client import FORMAT_ALIASES, MODEL_FORMATS
 from epochal_client.follow import follow_job
 from epochal_client.sweep_cli import sweep
 from epochal_client.terminal import connect, console, errors, load_spec
@@ -153,12 +153,13 @@ def download(
     format: Annotated[
         str,
         typer.Option(
-            "--format", help="native (model.pt / model.keras), onnx, or card (model-card.json)"
+            "--format",
+            help="native (model.pt / model.keras), onnx, or model-card (model-card.json)",
         ),
     ] = "native",
 ) -> None:
     """Download the trained model, its portable model.onnx, or its model card."""
-    if format not in MODEL_FORMATS:
+    if FORMAT_ALIASES.get(format, format) not in MODEL_FORMATS:
         errors.print(f"--format is one of {', '.join(MODEL_FORMATS)}, not {format!r}")
         raise typer.Exit(2)
     with connect() as client:

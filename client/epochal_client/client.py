@@ -312,11 +312,13 @@ class Client(SweepMethods):
 
     def download_model(self, job_id: str, path: str | Path = ".", format: str = "native") -> Path:
         """Save the trained model into a folder under the server's file name, or to `path`:
-        `native` (model.pt or model.keras), `onnx` (model.onnx) or `card` (model-card.json)."""
-        if format not in MODEL_FORMATS:
+        `native` (model.pt or model.keras), `onnx` (model.onnx) or `model-card` (model-card.json;
+        `card` is its old name)."""
+        route = MODEL_FORMATS.get(FORMAT_ALIASES.get(format, format))
+        if route is None:
             raise ValueError(f"format is one of {', '.join(MODEL_FORMATS)}, not {format!r}")
         target = Path(path)
-        url = f"/v1/jobs/{job_id}/artifacts/{MODEL_FORMATS[format]}"
+        url = f"/v1/jobs/{job_id}/artifacts/{route}"
         try:
             with self._http.stream("GET", url) as response:
                 if response.status_code >= 400:
@@ -357,7 +359,8 @@ def _npy_bytes(array: Any) -> bytes:
 
 
 # download_model's formats -> the artifact route that serves each
-MODEL_FORMATS = {"native": "model", "onnx": "onnx", "card": "model-card"}
+MODEL_FORMATS = {"native": "model", "onnx": "onnx", "model-card": "model-card"}
+FORMAT_ALIASES = {"card": "model-card"}  # earlier names, still accepted
 
 
 def _save(response: httpx.Response, target: Path) -> None:

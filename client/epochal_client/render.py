@@ -45,11 +45,18 @@ def status_text(status: str) -> str:
     return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
 
 
+def best_text(job: Job) -> str | None:
+    """The best epoch and the metric it was chosen by: `val_loss 0.3121 @ epoch 4`."""
+    if not job.best_epoch:
+        return None
+    return f"{job.best_metric_name or 'best'} {fmt(job.best_metric)} @ epoch {job.best_epoch}"
+
+
 def jobs_table(jobs: Sequence[Job]) -> Table:
     table = Table("name", "framework", "status", "epoch", "best", "created", box=None)
     table.columns.insert(0, Column("id", no_wrap=True, min_width=36))  # ids are for copying
     for job in jobs:
-        best = f"{fmt(job.best_metric)} @ {job.best_epoch}" if job.best_epoch else "–"
+        best = best_text(job) or "–"
         table.add_row(
             job.id,
             job.name,
@@ -72,7 +79,7 @@ def job_details(job: Job) -> Table:
         ("stop reason", job.stop_reason),
         ("attempt", job.attempt),
         ("progress", f"{job.current_epoch}/{job.epochs} epochs"),
-        ("best epoch", f"{job.best_epoch} ({fmt(job.best_metric)})" if job.best_epoch else None),
+        ("best", best_text(job)),
         ("waiting because", job.wait_reason),
         ("error", f"[red]{job.error_code}: {job.error}[/]" if job.error else None),
         ("created", job.created_at),
@@ -82,11 +89,22 @@ def job_details(job: Job) -> Table:
         ("model", model_line(job.model_summary)),
     ]
     # the evaluation report has tables of its own (evaluation_tables)
-    rows += [(f"result.{k}", v) for k, v in (job.result or {}).items() if k != "evaluation"]
+    result = {k: v for k, v in (job.result or {}).items() if k != "evaluation"}
+    rows += list(flat(result, "result").items())
     for label, value in rows:
         if value is not None:
             table.add_row(f"[bold]{label}[/]", value if isinstance(value, str) else fmt(value))
     return table
+
+
+def flat(value: Any, prefix: str) -> dict[str, Any]:
+    """Nested objects as dotted keys (`result.export.onnx.max_abs_diff`), not as raw JSON."""
+    if not isinstance(value, dict) or not value:
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        out.update(flat(item, f"{prefix}.{key}"))
+    return out
 
 
 def model_line(summary: dict[str, Any] | None) -> str | None:
@@ -127,11 +145,12 @@ def evaluation_tables(result: dict[str, Any] | None) -> list[Table]:
             table.add_row(f"residual p{q}", fmt(value))
         return [table]
     title = f"{where}: accuracy {fmt(report['accuracy'])}, macro F1 {fmt(report['macro_f1'])}"
+    label = class_label(report)
     headers = ("class", "precision", "recall", "f1", "support")
     classes = Table(*headers, title=title, box=None, title_justify="left", min_width=len(title))
     for row in report["per_class"]:
         cells = [fmt(row[k]) for k in ("precision", "recall", "f1", "support")]
-        classes.add_row(str(row["class"]), *cells)
+        classes.add_row(label(row["class"]), *cells)
     confusions = Table(
         "true",
         "predicted as",
@@ -141,8 +160,14 @@ def evaluation_tables(result: dict[str, Any] | None) -> list[Table]:
         title_justify="left",
     )
     for pair in report["top_confusions"]:
-        confusions.add_row(str(pair["true"]), str(pair["predicted"]), str(pair["count"]))
+        confusions.add_row(label(pair["true"]), label(pair["predicted"]), str(pair["count"]))
     return [classes, confusions]
+
+
+def class_label(report: dict[str, Any]) -> Any:
+    """A class index to its label: the report's `classes` (names for Fashion-MNIST), if any."""
+    names = report.get("classes") or []
+    return lambda index: str(names[index]) if 0 <= index < len(names) else str(index)
 
 
 def transitions_table(job: Job) -> Table:

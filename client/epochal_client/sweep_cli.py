@@ -105,10 +105,16 @@ def submit(
     sweep_file: Annotated[Path, typer.Argument(help="a sweep spec, .json or .yaml")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="a live table to the end")] = False,
     plot: PlotOption = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="override a field, repeatable: max_trials=2, base.training.epochs=3"
+        ),
+    ] = None,
 ) -> None:
     """Submit a sweep and print its id; --follow exits 0 succeeded, 1 failed, 3 cancelled."""
 
-    spec = load_spec(sweep_file, [])
+    spec = load_spec(sweep_file, set_ or [])
     with _client() as client:
         item = client.submit_sweep(spec)
         console.print(item.id, highlight=False)
@@ -144,7 +150,7 @@ def list_(limit: Annotated[int, typer.Option(help="at most this many")] = 20) ->
 
     with _client() as client:
         found = client.sweeps(limit)
-    table = Table("id", "name", "status", "trials", "objective", "created")
+    table = Table("id", "name", "status", "trials", "objective", "best", "created")
     for item in found:
         objective = f"{item.objective.get('metric')} ({item.objective.get('mode')})"
         table.add_row(
@@ -153,6 +159,7 @@ def list_(limit: Annotated[int, typer.Option(help="at most this many")] = 20) ->
             status_text(item.status),
             f"{item.trials_launched}/{item.max_trials}",
             objective,
+            fmt(item.best_objective),
             fmt(item.created_at),
         )
     console.print(table)

@@ -28,6 +28,7 @@ class Sweep:
     trials: list[dict[str, Any]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     best: dict[str, Any] | None = None
+    best_objective: float | None = None  # the best complete trial's objective (lists too)
     epochs_spent: int = 0
     epochs_full: int = 0
     raw: dict[str, Any] = field(default_factory=dict, repr=False)

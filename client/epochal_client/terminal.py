@@ -44,16 +44,44 @@ def load_spec(path: Path, overrides: list[str]) -> dict[str, Any]:
         raise typer.BadParameter(f"{path} must hold a JSON or YAML object")
     for item in overrides:
         dotted, sep, raw = item.partition("=")
-        if not sep or not dotted:
+        if not sep or not dotted or "" in dotted.split("."):
             raise typer.BadParameter(f"--set {item!r}: write FIELD.PATH=VALUE")
-        *parents, leaf = dotted.split(".")
-        node = spec
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise typer.BadParameter(f"--set {item!r}: {part} is not an object")
-        node[leaf] = parse_value(raw)
+        try:
+            set_path(spec, dotted.split("."), parse_value(raw))
+        except (KeyError, TypeError) as exc:
+            raise typer.BadParameter(f"--set {item!r}: {exc.args[0]}") from None
     return spec
+
+
+def set_path(node: Any, parts: list[str], value: Any) -> None:
+    """Set `value` at a dotted path: a key with dots in it (a sweep's `optimizer.learning_rate`)
+    is matched whole, a number indexes a list, a missing object is made."""
+    key, rest = _step(node, parts)
+    if not rest:
+        node[key] = value
+        return
+    child = node.setdefault(key, {}) if isinstance(node, dict) else node[key]
+    if not isinstance(child, dict | list):
+        raise TypeError(f"{key} is not an object")
+    set_path(child, rest, value)
+
+
+def _step(node: dict[str, Any] | list[Any], parts: list[str]) -> tuple[Any, list[str]]:
+    """The key or index that `parts` begins with in `node`, and the parts after it."""
+    if isinstance(node, list):
+        if not (parts[0].isdigit() and int(parts[0]) < len(node)):
+            raise KeyError(f"{parts[0]} is not an index of a list of {len(node)}")
+        return int(parts[0]), parts[1:]
+    key = _longest_key(node, parts)
+    return key, parts[len(key.split(".")) :]
+
+
+def _longest_key(node: dict[str, Any], parts: list[str]) -> str:
+    """The longest run of `parts` joined with dots that is a key of `node`, else the first part."""
+    for size in range(len(parts), 1, -1):
+        if (joined := ".".join(parts[:size])) in node:
+            return joined
+    return parts[0]
 
 
 def parse_value(raw: str) -> Any:

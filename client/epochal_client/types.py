@@ -77,6 +77,7 @@ class Job:
     stop_reason: str | None = None
     best_epoch: int | None = None
     best_metric: float | None = None
+    best_metric_name: str | None = None  # the metrics-row field best_epoch is chosen by
     started_at: datetime | None = None
     finished_at: datetime | None = None
     tags: dict[str, str] = field(default_factory=dict)

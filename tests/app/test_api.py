@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -81,6 +82,36 @@ def test_an_unknown_optimizer_or_schedule_is_a_422_listing_the_known_ones(
 def test_malformed_bodies_are_4xx(client: TestClient, raw: bytes) -> None:
     response = client.post("/v1/jobs", content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 422
+
+
+def test_malformed_json_is_a_422_that_says_what_the_parser_expected(client: TestClient) -> None:
+    raw = b'{"framework": "pytorch",\n "dataset": {"name": "digits"},, }'
+    response = client.post("/v1/jobs", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    problem = response.json()
+    msg = "the body is not valid JSON: Expecting property name enclosed in double quotes"
+    assert problem["detail"] == f"body: {msg} at character {raw.index(b',,') + 1} of the body"
+    assert problem["errors"] == [
+        {"loc": ["body"], "field": "", "msg": problem["detail"][6:], "type": "json_invalid"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "name"),
+    [
+        ({}, "val_loss"),
+        ({"early_stopping": {"monitor": "val_accuracy"}}, "val_accuracy"),
+        ({"early_stopping": {"monitor": "loss"}}, "train_loss"),
+        ({"dataset": {"name": "digits", "validation_split": 0}}, "train_loss"),
+    ],
+)
+def test_a_job_says_which_metric_its_best_epoch_is_chosen_by(
+    client: TestClient, extra: dict[str, Any], name: str
+) -> None:
+    job = client.post("/v1/jobs", json={**BODY, **extra}).json()
+    assert job["best_metric_name"] == name
+    (listed,) = client.get("/v1/jobs").json()["items"]
+    assert listed["best_metric_name"] == name
 
 
 def test_oversize_body_is_413(client: TestClient) -> None:

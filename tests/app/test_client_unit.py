@@ -111,6 +111,79 @@ def test_load_spec_reads_yaml_and_applies_overrides(tmp_path: Path) -> None:
         load_spec(path, [])
 
 
+def test_set_reaches_a_sweeps_dotted_parameter_names_and_list_items(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        "base: {model: {layers: [{op: dense, units: 8}]}, training: {epochs: 27}}\n"
+        "parameters:\n  optimizer.learning_rate: {type: loguniform, low: 0.0001, high: 0.03}\n"
+        "max_trials: 24\n"
+    )
+    overrides = [
+        "max_trials=2",
+        "parameters.optimizer.learning_rate.high=0.1",
+        "base.training.epochs=3",
+        "base.model.layers.0.units=4",
+        "objective.metric=val_accuracy",
+    ]
+    spec = load_spec(path, overrides)
+    assert spec["max_trials"] == 2 and spec["base"]["training"] == {"epochs": 3}
+    lr = spec["parameters"]["optimizer.learning_rate"]
+    assert lr == {"type": "loguniform", "low": 0.0001, "high": 0.1}
+    assert spec["base"]["model"]["layers"] == [{"op": "dense", "units": 4}]
+    assert spec["objective"] == {"metric": "val_accuracy"}
+    for bad in ("base.model.layers.3.units=1", "base.model.layers.x=1", "max_trials.x=1", "a..b=1"):
+        with pytest.raises(typer.BadParameter):
+            load_spec(path, [bad])
+
+
+def test_sweep_submit_sends_the_spec_with_its_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from epochal_client import sweep_cli
+
+    sent: list[dict[str, Any]] = []
+
+    class Recorder:
+        def __enter__(self) -> Recorder:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def submit_sweep(self, spec: dict[str, Any]) -> Any:
+            sent.append(spec)
+            return type("S", (), {"id": "s1"})()
+
+    monkeypatch.setattr(sweep_cli, "_client", Recorder)
+    path = tmp_path / "sweep.yaml"
+    path.write_text("parameters: {optimizer.learning_rate: {high: 0.03}}\nmax_trials: 24\n")
+    args = ["submit", str(path), "--set", "max_trials=2"]
+    args += ["--set", "parameters.optimizer.learning_rate.high=0.1"]
+    run = CliRunner().invoke(sweep_cli.sweep, args)
+    assert run.exit_code == 0, run.output
+    assert sent == [{"parameters": {"optimizer.learning_rate": {"high": 0.1}}, "max_trials": 2}]
+
+
+@pytest.mark.parametrize("name", ["native", "onnx", "model-card", "card"])
+def test_download_formats_are_the_route_names_and_card_stays_an_alias(
+    name: str, tmp_path: Path
+) -> None:
+    asked: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(200, content=b"x")
+
+    with Client("http://epochal.test", "k", transport=httpx.MockTransport(server)) as client:
+        client.download_model("j1", tmp_path / "out", name)
+        with pytest.raises(ValueError, match="native, onnx, model-card"):
+            client.download_model("j1", tmp_path / "out", "keras")
+    route = {"native": "model", "onnx": "onnx"}.get(name, "model-card")
+    assert asked == [f"/v1/jobs/j1/artifacts/{route}"]
+
+
 def test_new_lines_of_a_sliding_log_tail() -> None:
     assert new_lines(["a", "b", "c"], ["b", "c", "d", "e"]) == ["d", "e"]
     assert new_lines(["a", "b"], ["a", "b"]) == []
@@ -266,3 +339,38 @@ def test_show_renders_the_models_summary_and_its_layers() -> None:
     older = build(Job, base)  # a job the server stored before it kept summaries
     assert render.layers_table(older) is None
     assert "parameters" not in rendered([render.job_details(older)])
+
+
+def test_show_and_jobs_say_which_metric_is_best_and_flatten_the_result() -> None:
+    from epochal_client.types import Job, build
+
+    base = {"id": "j", "name": "n", "framework": "pytorch", "status": "succeeded", "attempt": 1,
+            "epochs": 3, "current_epoch": 3, "created_at": "2025-01-01T00:00:00Z",
+            "best_epoch": 2, "best_metric": 0.3121, "best_metric_name": "val_accuracy"}  # fmt: skip
+    result = {"best_epoch": 2, "replicas": 1, "export": {"onnx": {"opset": 17, "bytes": 2048}}}
+    job = build(Job, {**base, "result": result})
+    text = rendered([render.job_details(job), render.jobs_table([job])])
+    assert text.count("val_accuracy 0.3121 @ epoch 2") == 2
+    lines = [line.split() for line in text.splitlines()]
+    assert ["result.best_epoch", "2"] in lines and ["result.replicas", "1"] in lines
+    assert ["result.export.onnx.opset", "17"] in lines and "{" not in text
+
+
+def test_show_names_fashion_mnists_classes() -> None:
+    from app.schemas.job_spec import CLASS_NAMES, JobSpec, class_labels
+
+    fashion = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "fashion_mnist"}})
+    digits = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "digits"}})
+    assert class_labels(fashion, 10) == list(CLASS_NAMES["fashion_mnist"])
+    assert class_labels(digits, 10) == list(range(10))
+    per_class = [{"class": k, "precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1}
+                 for k in range(10)]  # fmt: skip
+    report = {
+        "split": "test", "task": "classification", "samples": 10, "accuracy": 1.0,
+        "macro_f1": 1.0, "per_class": per_class, "confusion_matrix": [[1]],
+        "top_confusions": [{"true": 6, "predicted": 0, "count": 7}],
+        "classes": class_labels(fashion, 10),
+    }  # fmt: skip
+    text = rendered(render.evaluation_tables({"evaluation": report}))
+    assert "Ankle boot" in text and "Trouser" in text
+    assert ["Shirt", "T-shirt/top", "7"] in [line.split() for line in text.splitlines()]

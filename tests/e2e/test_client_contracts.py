@@ -88,7 +88,7 @@ def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) ->
     download = epochal(service, "download", job.id, str(target))
     assert download.returncode == 0, download.stderr
     assert target.stat().st_size == model.stat().st_size
-    card = epochal(service, "download", job.id, str(tmp_path), "--format", "card")
+    card = epochal(service, "download", job.id, str(tmp_path), "--format", "model-card")
     assert card.returncode == 0, card.stderr
     saved = json.loads(next(tmp_path.glob("*-model-card.json")).read_text())
     assert saved["job_id"] == job.id and saved["input"]["shape"] == [None, 8, 8]

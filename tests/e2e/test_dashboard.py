@@ -149,11 +149,15 @@ def test_dashboard_submits_streams_the_curve_and_cancels(service: Service, page:
 def test_a_succeeded_jobs_page_draws_the_confusion_matrix(service: Service, page: Any) -> None:
     from playwright.sync_api import expect
 
+    from app.schemas.job_spec import CLASS_NAMES
+
     with service.client() as http:
-        job = submit_job(http, dataset={"name": "digits"}, training={"epochs": 2})
+        dataset = {"name": "fashion_mnist", "limit": 1000, "validation_split": 0.1}
+        job = submit_job(http, dataset=dataset, training={"epochs": 2})
         done = wait_for_status(http, job["id"], {"succeeded", "failed"})
     assert done["status"] == "succeeded", done.get("error")
     page.goto(f"{service.url}/ui")
+    expect(page.get_by_test_id("key-help")).to_contain_text(".epochal/api-key")
     page.get_by_test_id("api-key").fill(service.api_key)
     page.get_by_test_id("login").click()
     expect(page.get_by_test_id("jobs")).to_be_visible()
@@ -165,6 +169,24 @@ def test_a_succeeded_jobs_page_draws_the_confusion_matrix(service: Service, page
     shown = [int(text or 0) for text in cells.all_inner_texts()]
     assert shown == [count for row in matrix for count in row]
     expect(page.get_by_test_id("per-class").locator("tbody tr")).to_have_count(10)
+    names = list(CLASS_NAMES["fashion_mnist"])
+    assert page.get_by_test_id("heatmap-label").all_inner_texts() == names
+    rows = page.get_by_test_id("per-class").locator("tbody tr td:first-child").all_inner_texts()
+    assert rows == names
     expect(page.get_by_test_id("download-onnx")).to_be_visible()
+    # Whole numbers as integers, nested results as dotted keys, the best epoch with its metric.
+    result = done["result"]
+    expect(page.locator("[data-result=best_epoch]")).to_have_text(str(result["best_epoch"]))
+    expect(page.locator("[data-result=replicas]")).to_have_text("1")
+    expect(page.locator("[data-result='export.onnx.opset']")).to_have_text("17")
+    assert page.locator("[data-result=timings]").count() == 0
+    assert page.locator("[data-result^='timings.']").count() >= 2
+    assert not [t for t in page.locator("dl.facts dd").all_inner_texts() if t.startswith("{")]
+    best = f"val_loss {done['best_metric']:.4f} @ epoch {done['best_epoch']}"
+    expect(page.get_by_test_id("best")).to_have_text(best)
+    page.goto(f"{service.url}/ui#/")
+    expect(page.locator(f"[data-job='{job['id']}'] [data-testid=job-best]")).to_have_text(best)
+    page.goto(f"{service.url}/ui#/jobs/{job['id']}")
+    expect(page.get_by_test_id("heatmap")).to_be_visible()
     page.screenshot(path=str(SHOTS / "dashboard-evaluation.png"), full_page=True)
     assert page.errors == []

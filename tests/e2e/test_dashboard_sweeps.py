@@ -35,6 +35,11 @@ def test_sweep_page_shows_trials_curves_and_parameters(service: Service, page: A
     row = page.locator(f"[data-sweep='{sweep_id}']")
     expect(row).to_contain_text("prune-pytorch")
     expect(row).to_contain_text("succeeded")
+    metric, best = sweep["objective"]["metric"], sweep["best"]["objective"]
+    expect(row.get_by_test_id("sweep-best")).to_have_text(f"{metric} {best:.4f}")
+    with service.client() as http:
+        (listed,) = [s for s in http.get("/v1/sweeps").json()["items"] if s["id"] == sweep_id]
+    assert listed["best_objective"] == best  # the list's column: the best complete trial's
     row.get_by_role("link").click()
 
     states = page.get_by_test_id("trials").get_by_test_id("trial-state")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from epochal_client.render import fmt
 from tests.e2e.test_cli import epochal, service  # noqa: F401 (the module's live service)
 from tests.helpers import Service
 
@@ -27,7 +28,7 @@ SWEEP: dict[str, Any] = {
     "objective": {"metric": "val_accuracy"},
     "sampler": {"name": "random", "seed": 2},
     "pruner": {"name": "none"},
-    "max_trials": 2,
+    "max_trials": 5,  # the test's --set max_trials=2 shrinks it, as a user trying a sweep does
     "max_parallel": 1,
 }
 
@@ -36,7 +37,8 @@ def test_sweep_submit_follow_plot_list_show_cancel(service: Service, tmp_path: P
     spec = tmp_path / "sweep.yaml"
     spec.write_text(yaml.safe_dump(SWEEP))
     plot = tmp_path / "sweep.png"
-    run = epochal(service, "sweep", "submit", str(spec), "--follow", "--plot", str(plot))
+    shrink = ["--set", "max_trials=2", "--set", "parameters.optimizer.learning_rate.high=0.05"]
+    run = epochal(service, "sweep", "submit", str(spec), *shrink, "--follow", "--plot", str(plot))
     assert run.returncode == 0, run.stdout + run.stderr
     sweep_id = run.stdout.split()[0]
     assert "succeeded, 2/2 trials" in run.stdout and "best: trial" in run.stdout
@@ -50,6 +52,8 @@ def test_sweep_submit_follow_plot_list_show_cancel(service: Service, tmp_path: P
         "complete",
     ]
     assert shown["best"]["objective"] == max(t["objective"] for t in shown["trials"])
+    assert "best" in listed.stdout and fmt(shown["best"]["objective"]) in listed.stdout
+    assert all(t["params"]["optimizer.learning_rate"] <= 0.05 for t in shown["trials"])
 
     cancel = epochal(service, "sweep", "cancel", sweep_id)
     assert cancel.returncode == 1 and "already succeeded" in cancel.stderr

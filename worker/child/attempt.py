@@ -19,7 +19,7 @@ from typing import Any
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import JobSpec
-from app.schemas.metric_row import SCORES, score_field
+from app.schemas.metric_row import SCORES, best_field, score_field
 from app.schemas.monitor import resolved_mode
 from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_after
 from worker.protocol import Outcome
@@ -42,7 +42,7 @@ def best_monitor(spec: JobSpec, validate: bool) -> Monitor:
     es = spec.early_stopping
     if es is not None:
         return Monitor(es.monitor, resolved_mode(es.monitor, es.mode), es.min_delta)
-    return Monitor(score_field("val" if validate else "train", "loss"), "min")
+    return Monitor(best_field(None, validate), "min")
 
 
 def build_callbacks(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.domain.job_files import CARD_FILE, ONNX_FILE
-from app.schemas.job_spec import JobSpec
+from app.schemas.job_spec import JobSpec, class_labels
 from worker.training.backend import Backend
 from worker.training.data import Splits
 from worker.training.evaluation import evaluation_report
@@ -48,7 +48,10 @@ def held_out(splits: Splits) -> tuple[str, np.ndarray, np.ndarray]:
 def evaluate(spec: JobSpec, backend: Backend, splits: Splits) -> dict[str, Any]:
     """The evaluation report on the held-out split, from the back-end's outputs."""
     split, x, y = held_out(splits)
-    return evaluation_report(spec.task, backend.predict(x), y, split, splits.outputs)
+    report = evaluation_report(spec.task, backend.predict(x), y, split, splits.outputs)
+    if spec.task == "classification":  # what the dashboard and `epochal show` label them by
+        report["classes"] = class_labels(spec, splits.outputs)
+    return report
 
 
 def export_onnx(spec: JobSpec, backend: Backend, splits: Splits, directory: Path) -> dict[str, Any]:
@@ -111,7 +114,7 @@ def model_card(
             "scale": _listed(splits.scale),
             "shift": _listed(splits.shift),
         },
-        "classes": list(range(splits.outputs)) if classify else None,
+        "classes": class_labels(spec, splits.outputs) if classify else None,
         "spec": spec.model_dump(mode="json"),
         "dataset": {
             "name": spec.dataset.name,

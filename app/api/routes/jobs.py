@@ -40,6 +40,7 @@ from app.scheduler.position import standing
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
+from app.schemas.metric_row import spec_best_field
 from app.schemas.queue import QueueStanding
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
@@ -55,6 +56,7 @@ def summary(job: Job) -> JobSummary:
         **{f: getattr(job, f) for f in JobSummary.model_fields if hasattr(Job, f)},
         epochs=spec["training"]["epochs"],
         tags=spec.get("tags", {}),
+        best_metric_name=spec_best_field(spec),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Annotated
 
@@ -54,7 +55,7 @@ def get_sweep_or_404(
 SweepDep = Annotated[Sweep, Depends(get_sweep_or_404)]
 
 
-def summary(sweep: Sweep) -> SweepSummary:
+def summary(sweep: Sweep, best_objective: float | None = None) -> SweepSummary:
     spec = controller.load_spec(sweep)
     return SweepSummary(
         id=sweep.id,
@@ -65,6 +66,7 @@ def summary(sweep: Sweep) -> SweepSummary:
         trials_launched=sweep.trials_launched,
         max_trials=controller.trial_limit(spec),
         objective=spec.objective,
+        best_objective=best_objective,
         wait_reason=sweep.wait_reason if sweep.finished_at is None else None,
     )
 
@@ -98,7 +100,7 @@ def public(session: SessionDep, sweep: Sweep) -> SweepPublic:
     pick = max if objective.direction == "max" else min
     best = pick(complete, key=lambda t: t.objective or 0.0) if complete else None
     return SweepPublic(
-        **summary(sweep).model_dump(),
+        **summary(sweep, best.objective if best else None).model_dump(),
         spec=sweep.spec,
         trials=trials,
         counts=counts,
@@ -158,7 +160,27 @@ def read_sweeps(
         )
     except ValueError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from exc
-    return SweepsPublic(items=[summary(s) for s in found], next_cursor=next_cursor)
+    best = best_objectives(session, found)
+    return SweepsPublic(items=[summary(s, best.get(s.id)) for s in found], next_cursor=next_cursor)
+
+
+def best_objectives(session: SessionDep, sweeps: Sequence[Sweep]) -> dict[str, float]:
+    """Each sweep's best complete-trial objective: one query for the trials, one per metric."""
+    objectives = {s.id: controller.load_spec(s).objective for s in sweeps}
+    complete: dict[str, str] = {}  # job id -> sweep id
+    for job in rows.trial_outcomes(session, list(objectives)):
+        if controller.trial_state(job) == TrialState.complete and job.sweep_id:
+            complete[job.id] = job.sweep_id
+    best: dict[str, float] = {}
+    for aim in {(o.metric, o.direction) for o in objectives.values()}:
+        ids = [
+            j for j, s in complete.items() if (objectives[s].metric, objectives[s].direction) == aim
+        ]
+        pick = max if aim[1] == "max" else min
+        for job_id, value in rows.objective_by_job(session, ids, *aim).items():
+            sweep_id = complete[job_id]
+            best[sweep_id] = pick(best.get(sweep_id, value), value)
+    return best
 
 
 @router.get("/{sweep_id}", response_model=SweepPublic, operation_id="get_sweep")

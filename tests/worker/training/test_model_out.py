@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from app.domain.job_files import CARD_FILE, ONNX_FILE, JobFiles
-from app.schemas.job_spec import JobSpec
+from app.schemas.job_spec import JobSpec, class_labels
 from tests.worker.training.inprocess import EMPTY_DATA_DIR, backend_for, make_spec, run_spec
 from worker.training.data import load_raw, load_splits
 from worker.training.model_card import ExportError, evaluate, export_onnx
@@ -89,7 +89,10 @@ def test_onnx_on_raw_inputs_reproduces_the_reported_accuracy(
     card = json.loads((model_dir / CARD_FILE).read_text())
     assert card["input"] == {"name": "input", "dtype": "float32", "shape": [None, *x_raw.shape[1:]]}
     assert card["output"] == {"name": "logits", "shape": [None, 10]}
-    assert card["framework"] == framework and card["classes"] == list(range(10))
+    assert card["framework"] == framework and card["classes"] == class_labels(spec, 10)
+    assert report["classes"] == card["classes"]  # the report labels its classes as the card
+    if spec.dataset.name == "fashion_mnist":
+        assert card["classes"][9] == "Ankle boot"
     assert card["normalization"]["kind"] == "unit"
     assert card["normalization"]["scale"] == (16.0 if case == "digits-mlp" else 255.0)
     assert card["metrics"][f"{split}_accuracy"] == result[f"{split}_accuracy"]
