@@ -3,7 +3,7 @@
 Its competitors are the queued jobs the workers that fit it could run instead. Jobs of higher
 priority go first; at its priority keys take turns in fair-share order (policy.fair_order),
 each key's jobs oldest first. The estimated start plays the queue forward on those workers:
-each running job frees its worker after its remaining epochs at its own measured epoch time,
+each running job frees its worker after its remaining epochs at its own recent epoch time,
 and each job ahead holds a worker as long as this one is expected to (its epochs at its
 framework's mean epoch time); null when nothing measured says how long an epoch takes.
 """
@@ -27,6 +27,7 @@ from app.scheduler.claim import fits, heads, shares
 from app.scheduler.policy import fair_order
 
 EPOCH_SECONDS = "epoch_seconds"  # the metrics row's field (app.schemas.metric_row)
+RECENT_EPOCHS = 5  # a running job's epoch time: the mean of its last few (a box's load moves)
 ETA_HORIZON = 1000  # jobs ahead played forward at most; further back the estimate is null
 
 
@@ -137,12 +138,19 @@ def eta(
 
 
 def remaining(session: Session, job_id: str) -> float | None:
-    """Seconds a running job still needs: its epochs left at its own mean epoch time."""
+    """Seconds a running job still needs: its epochs left at its recent mean epoch time."""
     job = session.get(Job, job_id)
     if job is None or job.status not in ACTIVE:
         return 0.0
     seconds = getattr(EpochMetric, EPOCH_SECONDS)  # a column added from METRIC_FIELDS
-    mean = session.scalar(select(func.avg(seconds)).where(EpochMetric.job_id == job_id))
+    recent = (
+        select(seconds.label("s"))
+        .where(EpochMetric.job_id == job_id)
+        .order_by(EpochMetric.epoch.desc())
+        .limit(RECENT_EPOCHS)
+        .subquery()
+    )
+    mean = session.scalar(select(func.avg(recent.c.s)))
     epochs = int(job.spec["training"]["epochs"])
     return None if mean is None else max(epochs - job.current_epoch, 0) * float(mean)
 
