@@ -90,6 +90,12 @@ def test_a_key_over_its_cap_is_refused(service: Service, client: httpx.Client) -
     key = service.create_key("capped")
     key_id = key.split("_")[1]
     service.run_cli("keys", "set-max-priority", key_id, "40")
+    service.run_cli("keys", "set-weight", key_id, "2.5")
+    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
+    with engine.connect() as conn:
+        query = sa.text("SELECT share_weight, max_priority FROM api_key WHERE id = :k")
+        assert tuple(conn.execute(query, {"k": key_id}).one()) == (2.5, 40)
+    engine.dispose()
     with service.client(key) as own:
         refused = own.post("/v1/jobs", json={"framework": "pytorch", **TINY, "priority": 41})
         assert refused.status_code == 403 and "40" in refused.json()["detail"]
