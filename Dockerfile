@@ -33,12 +33,20 @@ HEALTHCHECK CMD python -c "import urllib.request; urllib.request.urlopen('http:/
 CMD ["epochal", "api", "--host", "0.0.0.0", "--port", "8000", "--workers", "2"]
 
 FROM base AS worker
-# CUDA 12.8 wheels of the same versions the CPU build pins (torch==2.13.0 accepts 2.13.0+cu128,
-# so the [torch] extra keeps it); the host needs the NVIDIA driver and the NVIDIA container
-# toolkit (see DEPLOY.md).
-RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 \
- && pip install "tensorflow[and-cuda]==2.21.0" \
- && pip install /wheels/epochal_client-*.whl "$(echo /wheels/epochal-*.whl)[torch,data,export]" setproctitle
+# Three environments, each installed in one pip step from requirements/ (so no step replaces
+# what another pinned; tests/packaging/test_worker_image.py resolves each as this does): the
+# worker's own (Celery and the supervisor: no framework), and one per framework for its
+# training processes, since PyTorch's CUDA 13 libraries and TensorFlow's CUDA 12 ones write
+# files at the same paths (cuDNN, NCCL). Both from the package index; the host needs an NVIDIA
+# driver for CUDA 13 and the NVIDIA container toolkit (DEPLOY.md).
+COPY requirements/worker*.txt /tmp/requirements/
+RUN pip install --find-links /wheels -r /tmp/requirements/worker.txt \
+ && python -m venv /opt/pytorch \
+ && /opt/pytorch/bin/pip install --find-links /wheels -r /tmp/requirements/worker-pytorch.txt \
+ && python -m venv /opt/tensorflow \
+ && /opt/tensorflow/bin/pip install --find-links /wheels -r /tmp/requirements/worker-tensorflow.txt \
+ && rm -r /tmp/requirements
 USER epochal
-ENV EPOCHAL_HOME=/data TF_FORCE_GPU_ALLOW_GROWTH=true
+ENV EPOCHAL_HOME=/data TF_FORCE_GPU_ALLOW_GROWTH=true \
+    EPOCHAL_PYTORCH_PYTHON=/opt/pytorch/bin/python EPOCHAL_TENSORFLOW_PYTHON=/opt/tensorflow/bin/python
 CMD ["epochal", "worker"]

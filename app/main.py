@@ -26,6 +26,7 @@ from app.api.routes import (
     ui,
     workers,
 )
+from app.api.upload_gate import UploadAuthGate
 from app.core.async_db import close_pool
 from app.core.config import get_settings
 from app.observability.telemetry import RequestMetrics
@@ -60,6 +61,7 @@ def create_app() -> FastAPI:
         max_bytes=settings.max_body_bytes,
         upload_bytes=settings.max_upload_bytes + 64 * 1024,  # the file plus multipart framing
     )
+    app.add_middleware(UploadAuthGate)  # outside the size limit: no key, no byte read
     app.add_middleware(CleanUrl)  # inside RequestMetrics, so refused requests are logged
     app.add_middleware(RequestMetrics)
     # Every /v1 route needs a key, so a new route cannot forget it (P43).

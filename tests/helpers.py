@@ -51,10 +51,13 @@ TIME_SCALE = MACHINE_SCALE * max(1.0, PARALLEL_TESTS * 2 / (os.cpu_count() or 2)
 # spinning threads fight: test_service.py's PostgreSQL and SQLite halves side by side took 85 s
 # and 154 s of CPU with the defaults, 63 s and 112 s with one thread each.
 # (Set in each xdist worker only: one test at a time gets the defaults, a thread per core.)
+# A worker a test starts chooses its children's threads itself (worker.supervisor.threads),
+# from EPOCHAL_WORKER_CPUS: the same share.
 if PARALLEL_TESTS > 1:
     TRAIN_THREADS = str(max(1, (os.cpu_count() or 2) // PARALLEL_TESTS))
     os.environ.setdefault("OMP_NUM_THREADS", TRAIN_THREADS)
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", TRAIN_THREADS)
+    os.environ.setdefault("EPOCHAL_WORKER_CPUS", TRAIN_THREADS)
 
 
 def scaled(seconds: float) -> float:

@@ -155,7 +155,7 @@ def dockerfile_stage(name: str) -> str:
 
 def test_the_images_install_the_wheels_the_packaging_tests_install() -> None:
     """Built once in a stage of their own from a copy of every package, never `pip install .`;
-    the worker adds what tests/packaging's server venv adds (after the CUDA frameworks)."""
+    the worker's PyTorch environment adds what tests/packaging's server venv adds."""
     dockerfile = (ROOT / "Dockerfile").read_text()
     build = dockerfile_stage("wheels")
     assert "pip wheel --no-deps -w /wheels ./client ." in build
@@ -168,9 +168,11 @@ def test_the_images_install_the_wheels_the_packaging_tests_install() -> None:
     assert "pip install ." not in dockerfile and "pip install -e" not in dockerfile
     assert "alembic.ini" not in dockerfile  # `epochal migrate` finds the migrations installed
     assert "pip install /wheels/*.whl" in dockerfile_stage("api")
-    worker = dockerfile_stage("worker")
-    assert "/wheels/epochal_client-*.whl" in worker and f"[{WORKER_EXTRAS}]" in worker
-    assert all(dep in worker for dep in WORKER_DEPS)
+    # The worker image's PyTorch environment (tests/packaging/test_worker_image.py resolves it).
+    assert "--find-links /wheels -r /tmp/requirements/" in dockerfile_stage("worker")
+    torch_env = (ROOT / "requirements" / "worker-pytorch.txt").read_text()
+    assert f"epochal[{WORKER_EXTRAS}]==" in torch_env and "epochal-client==" in torch_env
+    assert all(dep in torch_env for dep in WORKER_DEPS)
     migrate = compose_config()["services"]["migrate"]
     assert migrate["command"] == ["epochal", "migrate"] and migrate["build"]["target"] == "api"
 
@@ -241,7 +243,7 @@ def caddy_json(env: dict[str, str]) -> dict[str, Any]:
 def test_the_tls_profile_puts_caddy_in_front_of_the_api() -> None:
     """`--profile tls`: Caddy, pinned to the version the tests parse the Caddyfile with, on
     80 and 443, reverse-proxying the domain to the api service's own port, unbuffered."""
-    env = {"EPOCHAL_DOMAIN": "epochal.example.com", "EPOCHAL_API_BIND": "127.0.0.1"}
+    env = {"EPOCHAL_DOMAIN": "epochal.example.com"}
     services = compose_config(env=env, profile="tls")["services"]
     caddy, api = services["caddy"], services["api"]
     assert caddy["profiles"] == ["tls"] and "profiles" not in api
@@ -257,9 +259,33 @@ def test_the_tls_profile_puts_caddy_in_front_of_the_api() -> None:
     assert server["listen"] == [":443"]
     route = server["routes"][0]
     assert route["match"] == [{"host": ["epochal.example.com"]}]
-    proxy = route["handle"][0]["routes"][0]["handle"][0]
-    assert proxy["handler"] == "reverse_proxy" and proxy["flush_interval"] == -1
+    proxy = handler(route, "reverse_proxy")
+    assert proxy["flush_interval"] == -1
     assert proxy["upstreams"] == [{"dial": f"api:{api_port}"}]
+
+
+def handler(route: dict[str, Any], name: str) -> dict[str, Any]:
+    """The one handler called `name` in a site's route (Caddy nests them in a subroute)."""
+    found = [
+        h for sub in route["handle"][0]["routes"] for h in sub["handle"] if h["handler"] == name
+    ]
+    assert len(found) == 1, route
+    return found[0]
+
+
+def test_plain_http_stays_on_loopback_unless_bound_and_https_sets_hsts() -> None:
+    """Issue 25: under the tls profile the API's plain port was published on every interface
+    (unless EPOCHAL_API_BIND was set), and the Caddyfile set no Strict-Transport-Security."""
+    for profile in ("tls", None):
+        api = compose_config(profile=profile)["services"]["api"]
+        assert [p.split(":")[0] for p in api["ports"]] == ["127.0.0.1"], profile
+    bound = compose_config(env={"EPOCHAL_API_BIND": "10.0.0.5"})["services"]["api"]
+    assert bound["ports"][0].startswith("10.0.0.5:")  # a trusted network, asked for
+    for domain in ("epochal.example.com", "localhost"):
+        server = caddy_json({"EPOCHAL_DOMAIN": domain, "EPOCHAL_TLS": ""})["apps"]["http"]
+        route = server["servers"]["srv0"]["routes"][0]
+        hsts = handler(route, "headers")["response"]["set"]["Strict-Transport-Security"]
+        assert hsts == ["max-age=31536000; includeSubDomains"]
 
 
 def test_the_tls_profile_serves_a_certificate_of_your_own_or_caddys() -> None:

@@ -18,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED_ROOTS = ("app", "worker", "client")
 DESCRIPTION_COLUMN = 22
+BUILD_OUTPUT = {"build", "dist", "__pycache__"}
 
 
 @dataclass
@@ -92,7 +93,9 @@ def packages() -> list[Path]:
     found = []
     for root in CHECKED_ROOTS:
         for init in sorted((ROOT / root).rglob("__init__.py")):
-            found.append(init.parent.relative_to(ROOT))
+            package = init.parent.relative_to(ROOT)
+            if not BUILD_OUTPUT & set(package.parts):  # a wheel build's copy, not source
+                found.append(package)
     return found
 
 

@@ -1,7 +1,7 @@
 """The supervisor<->child contract, in one place for both sides: how the child is started (argv,
-environment, a warm child's assignment), how it is asked to stop (a signal plus a file naming
-why), how it reports (an outcome file per attempt, exit codes), how an attempt that stopped
-early ended (STOPPED), and which failure codes a new attempt could fix.
+environment, a warm child's assignment, the threads it trains on), how it is asked to stop (a
+signal plus a file naming why), how it reports (an outcome file per attempt, exit codes), how
+an attempt that stopped early ended (STOPPED), and which failure codes a new attempt could fix.
 
 Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them all):
 - retried within max_restarts: worker_lost (lease expired / supervisor gone), infrastructure
@@ -141,32 +141,68 @@ def read_outcome(workdir: Path, attempt: int) -> Outcome | None:
     return Outcome(**json.loads(path.read_text()))
 
 
-def child_argv(job_id: str, attempt: int, rank: int | None = None) -> list[str]:
-    """The command line of a cold training child (and of a DDP rank, with `rank`)."""
-    argv = [sys.executable, "-m", CHILD_MODULE, job_id, "--attempt", str(attempt)]
-    return argv if rank is None else [*argv, "--rank", str(rank)]
+@dataclass(frozen=True)
+class Threads:
+    """A training process's CPU thread pools, as its supervisor chose them
+    (worker.supervisor.threads): intra-op (within an op) and inter-op (ops side by side)."""
+
+    intra: int
+    inter: int
+
+    def encode(self) -> str:
+        return f"{self.intra},{self.inter}"
+
+    @classmethod
+    def decode(cls, text: str) -> Threads:
+        intra, inter = (int(part) for part in text.split(","))
+        if intra < 1 or inter < 1:
+            raise ValueError(f"thread counts must be at least 1, not {text!r}")
+        return cls(intra, inter)
 
 
-def standby_argv(framework: str) -> list[str]:
+def child_argv(
+    job_id: str,
+    attempt: int,
+    rank: int | None = None,
+    threads: Threads | None = None,
+    python: str | None = None,
+) -> list[str]:
+    """The command line of a cold training child (and of a DDP rank, with `rank`), run by
+    `python` (default: this process's interpreter)."""
+    argv = [python or sys.executable, "-m", CHILD_MODULE, job_id, "--attempt", str(attempt)]
+    argv += [] if rank is None else ["--rank", str(rank)]
+    return argv if threads is None else [*argv, "--threads", threads.encode()]
+
+
+def standby_argv(framework: str, python: str | None = None) -> list[str]:
     """The command line of a warm child that imports `framework` and waits for a job."""
-    return [sys.executable, "-m", CHILD_MODULE, "--standby", framework]
+    return [python or sys.executable, "-m", CHILD_MODULE, "--standby", framework]
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """The one job a warm child is handed: a JSON line on its stdin (`sent_at`: wall time)."""
+    """The one job a warm child is handed: a JSON line on its stdin (`sent_at`: wall time),
+    with the threads it trains on (a warm child starts before its job is known)."""
 
     job_id: str
     attempt: int
     sent_at: float
+    threads: Threads | None = None
 
     def encode(self) -> bytes:
-        return (json.dumps(asdict(self)) + "\n").encode()
+        message = {**asdict(self), "threads": self.threads and self.threads.encode()}
+        return (json.dumps(message) + "\n").encode()
 
     @classmethod
     def decode(cls, line: str | bytes) -> Assignment:
         message = json.loads(line)
-        return cls(str(message["job_id"]), int(message["attempt"]), float(message["sent_at"]))
+        threads = message.get("threads")
+        return cls(
+            str(message["job_id"]),
+            int(message["attempt"]),
+            float(message["sent_at"]),
+            None if threads is None else Threads.decode(threads),
+        )
 
 
 def stop_request_path(workdir: Path, attempt: int) -> Path:

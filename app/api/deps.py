@@ -12,13 +12,14 @@ from fastapi import Depends, HTTPException, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session
 
 from app.core.async_db import fetch
 from app.core.db import DB_SLOTS, session_factory
 from app.domain import crud, datasets
 from app.domain.admission import admission_errors, sweep_admission_errors
-from app.domain.keys import KEY_ROW, KEYS, Caller, split
+from app.domain.keys import KEY_ROW, KEYS, Caller, KeyRow, split
 from app.domain.tables import ApiKey, Job
 from app.scheduler.policy import priority_problem
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
@@ -90,18 +91,31 @@ async def current_key(
     On the event loop: the key's row comes from the in-process cache (app.domain.keys), read
     from the database on a thread only when it is not there or is older than a second.
     """
-    parts = split(credentials.credentials) if credentials else None
+    return await caller_for(request.headers.get("authorization"))
+
+
+async def caller_for(header: str | None) -> Caller:
+    """The live key an Authorization header presents; HTTPException 401 (current_key's
+    three reasons) otherwise. Also run before an upload's body is read (app.api.upload_gate)."""
+    scheme, token = get_authorization_scheme_param(header)
+    parts = split(token) if header and scheme.lower() == "bearer" and token else None
     if parts is None:
-        raise unauthorized(_unusable(request.headers.get("authorization")))
+        raise unauthorized(_unusable(header))
     key_id, secret = parts
-    row = KEYS.get(key_id)
-    if row is None:
-        found = await fetch(KEY_ROW, {"key_id": key_id})
-        row = KEYS.store(key_id, found[0] if found else None)
+    row = await key_row(key_id)
     caller = row.check(key_id, secret) if row is not None else None
     if caller is None:
         raise unauthorized(f"unknown or revoked API key; {KEY_HELP}")
     return caller
+
+
+async def key_row(key_id: str) -> KeyRow | None:
+    """The key's row from the in-process cache, else read on the loop (None: no such key)."""
+    row = KEYS.get(key_id)
+    if row is None:
+        found = await fetch(KEY_ROW, {"key_id": key_id})
+        row = KEYS.store(key_id, found[0] if found else None)
+    return row
 
 
 KEY_HELP = "create one with `epochal keys create NAME` (make run writes $EPOCHAL_HOME/api-key)"

@@ -14,6 +14,10 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# A key's storage quota under EPOCHAL_PRODUCTION when EPOCHAL_MAX_STORAGE_BYTES_PER_KEY is unset:
+# a few-KB compressed upload can be stored as 1 GB, so a server open to many keys needs one.
+PRODUCTION_STORAGE_BYTES_PER_KEY = 100 * 10**9
+
 
 class Settings(BaseSettings):
     """Service settings; the job's hyper-parameters never come from here, only from its spec."""
@@ -47,6 +51,18 @@ class Settings(BaseSettings):
     warm_frameworks: str = Field(
         "pytorch,tensorflow",
         description="Frameworks whose next training process a worker starts ahead of time.",
+    )
+    pytorch_python: str | None = Field(
+        None, description="Interpreter of PyTorch training processes (default: the worker's)."
+    )
+    tensorflow_python: str | None = Field(
+        None, description="Interpreter of TensorFlow training processes (default: the worker's)."
+    )
+    worker_cpus: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="CPU threads its training processes share (default: its CPUs less one).",
     )
     heartbeat_seconds: float = Field(5.0, gt=0, le=300)
     lease_seconds: float = Field(
@@ -106,8 +122,9 @@ class Settings(BaseSettings):
     )
     max_storage_bytes_per_key: int | None = Field(
         None,
-        ge=1024,
-        description="Uploads and job artifacts one key may keep in all (unset: no quota).",
+        ge=0,
+        description="Uploads and job artifacts one key may keep in all (unset: "
+        "PRODUCTION_STORAGE_BYTES_PER_KEY with EPOCHAL_PRODUCTION, else no quota; 0: no quota).",
     )
 
     max_job_memory_bytes: int | None = Field(
@@ -141,6 +158,12 @@ class Settings(BaseSettings):
     )
 
     log_json: bool = Field(False, description="Log JSON lines (with the job id) instead of text.")
+    max_streams_per_key: int = Field(
+        32,
+        ge=1,
+        le=100_000,
+        description="Live event streams one key may hold open in each API process; then 429.",
+    )
     events_poll_seconds: float = Field(
         0.5, gt=0, le=60, description="How often each API process reads new job events for SSE."
     )
@@ -173,6 +196,13 @@ class Settings(BaseSettings):
         return self
 
     @property
+    def storage_quota_bytes(self) -> int | None:
+        """What one key may store in all; None: no quota (see max_storage_bytes_per_key)."""
+        if self.max_storage_bytes_per_key is None:
+            return PRODUCTION_STORAGE_BYTES_PER_KEY if self.production else None
+        return self.max_storage_bytes_per_key or None
+
+    @property
     def resolved_home(self) -> Path:
         return self.home.expanduser().resolve()
 
@@ -196,6 +226,11 @@ class Settings(BaseSettings):
     @property
     def resolved_artifacts_dir(self) -> Path:
         return (self.artifacts_dir or self.resolved_home / "artifacts").expanduser().resolve()
+
+    def python_for(self, framework: str) -> str | None:
+        """The interpreter that runs this framework's training processes (None: the worker's;
+        the worker image gives each framework an environment of its own, see the Dockerfile)."""
+        return {"pytorch": self.pytorch_python, "tensorflow": self.tensorflow_python}[framework]
 
     @property
     def worker_gpu_ids(self) -> list[str]:

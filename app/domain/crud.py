@@ -72,6 +72,7 @@ def add_transition(
 ) -> None:
     """One row per status change; the key's usage (app.domain.usage) follows it."""
     note_transition(session, job_id, before, after)
+    reason = without_server_paths(reason)  # e.g. a stopped attempt's error, re-queued
     session.add(
         JobTransition(
             job_id=job_id, from_status=before, to_status=after, reason=reason, attempt=attempt

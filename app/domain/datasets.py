@@ -122,7 +122,7 @@ def stored_bytes(session: Session, owner_id: str) -> int:
 def over_quota(session: Session, owner_id: str, adding: int, what: str) -> str | None:
     """Why `adding` more bytes for this key break its storage quota; None when they fit.
     Locks the key's row first: a caller that then stores and commits is atomic."""
-    quota = get_settings().max_storage_bytes_per_key
+    quota = get_settings().storage_quota_bytes
     if quota is None:
         return None
     lock_owner(session, owner_id)

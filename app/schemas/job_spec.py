@@ -150,7 +150,8 @@ class EarlyStoppingSpec(StrictModel):
 
 
 class ResourcesSpec(StrictModel):
-    """Devices: gpus the worker must own, replicas (data parallel), strategy and precision."""
+    """Devices: gpus the worker must own, replicas (data parallel), strategy, precision and
+    CPU threads."""
 
     gpus: int = Field(0, ge=0, le=64, description="GPUs the worker must own; 0 trains on CPU")
     replicas: int | None = Field(None, ge=1, le=64, description="default max(gpus, 1)")
@@ -159,6 +160,13 @@ class ResourcesSpec(StrictModel):
     )
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="mixed precision; fp16 needs a GPU"
+    )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="CPU threads to train on, split among DDP ranks; default and ceiling: "
+        "the worker's EPOCHAL_WORKER_CPUS",
     )
 
     @property

@@ -76,12 +76,15 @@ class DevicePublic(BaseModel):
 
 
 class WorkerPublic(BaseModel):
-    """A live worker, as its heartbeats describe it."""
+    """A live worker, as its heartbeats describe it: in full for an admin key; for any other
+    a summary (the host in its name replaced by a digest; no hostname, devices, memory, disk)."""
 
     name: str
-    hostname: str
+    hostname: str | None = Field(None, description="admin keys only")
     gpus: int
-    devices: list[DevicePublic]
+    devices: list[DevicePublic] = Field(
+        default_factory=list, description="admin keys only: each GPU's id, name and memory"
+    )
     queues: list[str] = Field(description="a worker with G GPUs takes jobs needing 0 … G")
     busy: bool
     current_job_id: str | None = Field(
@@ -89,8 +92,12 @@ class WorkerPublic(BaseModel):
     )
     started_at: datetime
     heartbeat_at: datetime
-    memory_bytes: int | None = Field(None, description="host memory one job may use")
-    disk_free_bytes: int | None = Field(None, description="free disk of its artifacts dir")
+    memory_bytes: int | None = Field(
+        None, description="host memory one job may use (admin keys only)"
+    )
+    disk_free_bytes: int | None = Field(
+        None, description="free disk of its artifacts dir (admin keys only)"
+    )
 
 
 class WorkersPublic(BaseModel):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 from app.core.config import get_settings
@@ -67,7 +67,7 @@ class EventHub:
 
     async def stream(
         self, job_id: str, after: Cursor, keepalive: float | None = None
-    ) -> AsyncIterator[Event | None]:
+    ) -> AsyncGenerator[Event | None, None]:
         """The job's events after `after`, live, ending after the terminal transition; None
         after each `keepalive` seconds without one (a stream's ping)."""
         feed = self._join(job_id)

@@ -130,6 +130,8 @@ def bench_overhead(report: Report, quick: bool) -> None:
                     "median of per-run ratios",
                 )
                 report.add(f"direct_wall_s_{framework}", result["direct_s"], "s", "in-process")
+                threads = "the direct run's best intra-op thread count of 1..N"
+                report.add(f"direct_threads_{framework}", result["direct_threads"], "", threads)
                 report.add(f"service_wall_s_{framework}", result["service_s"], "s", "POST to end")
                 for part, seconds in result["parts"].items():
                     report.add(f"overhead_{part}_{framework}", seconds, "s", "median")

@@ -3,19 +3,22 @@ called directly in one process, and where the difference goes.
 
 Direct: a fresh process imports the framework (not timed: a worker's warm child has done that
 too), then times data loading, building the model, `fit` and the test evaluation: what a user
-who runs the loop by hand waits for. Service: from `POST /v1/jobs` returning to the job's
-`finished_at`, with an idle worker on the embedded default. Runs alternate, medians reported.
+who runs the loop by hand waits for, with the intra-op thread count that suits this machine
+best (each of 1..N CPUs is tried; the service picks its own, worker.supervisor.threads).
+Service: from `POST /v1/jobs` returning to the job's `finished_at`, with an idle worker on the
+embedded default. Runs alternate, medians reported.
 The service's extra parts come from the job's own record: the queued→running transition and
 the `timings` the training child puts in the result (startup, data, build, per-epoch DB rows
 and checkpoints, export, final evaluation); what is left is recording the end.
 
-`python -m benchmarks.service.overhead direct FRAMEWORK EPOCHS` is the direct case.
+`python -m benchmarks.service.overhead direct FRAMEWORK EPOCHS THREADS` is the direct case.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -31,23 +34,27 @@ from benchmarks.training.suite import run_case
 PARTS = ("queue_s", "startup_s", "data_s", "build_s", "db_write_s", "checkpoint_s", "export_s")
 
 
-def direct(framework: str, epochs: int) -> dict[str, float]:
-    """The loop by hand, in this process: data, model, fit, test evaluation (no checkpoints)."""
+def direct(framework: str, epochs: int, threads: int) -> dict[str, float]:
+    """The loop by hand, in this process: data, model, fit, test evaluation (no checkpoints),
+    on `threads` intra-op threads (inter-op as the service would give them)."""
     from app.schemas.job_spec import JobSpec
     from worker.child.attempt import best_monitor, build_callbacks, final_result
+    from worker.supervisor.threads import threads_for
     from worker.training.backend import BACKENDS, Placement, create_backend
     from worker.training.callbacks import CallbackList, TrainState
     from worker.training.data import load_splits
     from worker.training.loop import fit
 
     spec = JobSpec.model_validate(seed_equivalent_spec(framework, epochs))
+    pools = threads_for(spec, threads)
     module = importlib.import_module(BACKENDS[framework].split(":")[0])
     module.preload()  # the framework's import, as a warm child has it
     load_splits(spec, DATA_DIR)  # decodes once into the cache, as the service's first job does
     time.sleep(1.0)  # let the machine settle after imports before the clock starts
     started = time.perf_counter()
     splits = load_splits(spec, DATA_DIR)
-    backend = create_backend(spec, splits, Placement(gpus=[]))
+    placement = Placement(gpus=[], threads=pools.intra, interop_threads=pools.inter)
+    backend = create_backend(spec, splits, placement)
     state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
     validate = splits.x_val is not None
     callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate)))
@@ -89,10 +96,15 @@ def measure(client: httpx.Client, framework: str, epochs: int, runs: int) -> dic
     """
     spec = seed_equivalent_spec(framework, epochs)
     through_service(client, spec)  # warm-up: fills the data cache and the warm child pool
-    directs, services = [], []
+    counts = range(1, len(os.sched_getaffinity(0)) + 1)
+    by_threads: dict[int, list[dict[str, Any]]] = {count: [] for count in counts}
+    services = []
     for _ in range(runs):
-        directs.append(run_case("direct", framework, epochs, module=__name__))
+        for count in counts:
+            by_threads[count].append(run_case("direct", framework, epochs, count, module=__name__))
         services.append(through_service(client, spec))
+    best = min(counts, key=lambda count: min(d["wall_s"] for d in by_threads[count]))
+    directs = by_threads[best]
     direct_s = min(d["wall_s"] for d in directs)
     service_s = min(s["wall_s"] for s in services)
     pairs = zip(services, directs, strict=True)
@@ -103,6 +115,7 @@ def measure(client: httpx.Client, framework: str, epochs: int, runs: int) -> dic
     }
     return {
         "direct_s": direct_s,
+        "direct_threads": best,
         "service_s": service_s,
         "overhead_pct": 100 * (service_s - direct_s) / direct_s,
         "overhead_median_pct": 100
@@ -117,4 +130,5 @@ if __name__ == "__main__":
         import os
 
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        print("RESULT " + json.dumps(direct(sys.argv[2], int(sys.argv[3]))), flush=True)
+        result = direct(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        print("RESULT " + json.dumps(result), flush=True)

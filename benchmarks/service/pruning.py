@@ -7,9 +7,9 @@ sweep's work depends on its brackets, drawn from its random id). Everything real
 Celery workers as processes, PostgreSQL and Redis, every trial a training process. The
 measured curves are then replayed through Hyperband for many ids (benchmarks/service/replay.py).
 
-Each worker's training processes run on one thread (OMP_NUM_THREADS=1): on a 2-core machine
-that other work shares, PyTorch's default (a thread per core in every process) spends most of
-its time waiting for a thread the scheduler gave to someone else.
+Each worker's training processes run on one thread (EPOCHAL_WORKER_CPUS=1): on a 2-core machine
+that other work shares, a thread per core in every process spends most of its time waiting for
+a thread the scheduler gave to someone else.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from epochal_client.types import build
 from tests.helpers import ROOT, wait_until
 
 EXAMPLE = ROOT / "examples" / "sweeps" / "pytorch-fashion-hyperband.yaml"
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "EPOCHAL_WARM_FRAMEWORKS": "pytorch"}
+WORKER_ENV = {"EPOCHAL_WORKER_CPUS": "1", "EPOCHAL_WARM_FRAMEWORKS": "pytorch"}
 
 
 def example_spec(quick: bool) -> dict[str, Any]:

@@ -209,7 +209,7 @@ def workers_table(workers: Sequence[WorkerInfo]) -> Table:
         )
         table.add_row(
             w.name,
-            w.hostname,
+            w.hostname or "–",
             str(w.gpus),
             devices or "–",
             w.current_job_id or "idle",

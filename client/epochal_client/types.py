@@ -163,7 +163,7 @@ class WorkerInfo:
     """A live worker as its heartbeats describe it."""
 
     name: str
-    hostname: str = ""
+    hostname: str | None = None  # shown to admin keys only, as devices are
     gpus: int = 0
     devices: list[Any] = field(default_factory=list)
     busy: bool = False

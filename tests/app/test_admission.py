@@ -12,6 +12,7 @@ from sqlalchemy import update
 from app.core.db import session_scope
 from app.domain.tables import Worker
 from tests.app.test_cost import REPRO
+from tests.conftest import make_key
 from worker.supervisor.heartbeat import beat
 
 GB = 10**9
@@ -48,7 +49,8 @@ def test_the_reproduction_is_refused_naming_fields_and_numbers(client: TestClien
 
 def test_the_heartbeat_reports_memory_and_disk(client: TestClient) -> None:
     beat("real", [])
-    worker = client.get("/v1/workers").json()["items"][0]
+    admin = {"Authorization": f"Bearer {make_key('root', admin=True)}"}  # the detail's reader
+    worker = client.get("/v1/workers", headers=admin).json()["items"][0]
     assert worker["memory_bytes"] > 2**28 and worker["disk_free_bytes"] > 0
 
 

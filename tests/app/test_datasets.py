@@ -149,7 +149,18 @@ BAD: list[tuple[str, bytes, dict[str, str], int, str]] = [
     ("csv unknown label", b"a,b\n1,2\n", {"label_column": "c"}, 422, "exactly one column of: a, b"),
     ("csv text cell", b"a,b\n1,2\nx,3\n", {"label_column": "b"}, 422, "numeric below its header"),
     ("csv ragged", b"a,b\n1,2\n3\n", {"label_column": "b"}, 422, "numeric below its header"),
-]
+    # A header field over csv's field limit (128 KiB) was a 500 (issue 25).
+    ("csv huge header field", b"a" * 200_000 + b",y\n1,2\n", {"label_column": "y"}, 422,
+     "field larger than field limit"),
+    ("csv huge quoted header field", b'"' + b"a\n" * 70_000 + b'",y\n1,2\n',
+     {"label_column": "y"}, 422, "field larger than field limit"),
+    ("csv huge cell", b"a,y\n" + b"1" * 200_000 + b",2\n", {"label_column": "y"}, 422,
+     "NaN or infinite value"),
+    ("csv huge text cell", b"a,y\n" + b"x" * 200_000 + b",2\n", {"label_column": "y"}, 422,
+     "numeric below its header"),
+    ("csv header over 4 MiB", b"a," * (2 * 2**20 + 1) + b"y\n1,2\n", {"label_column": "y"},
+     422, "header row is over"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(

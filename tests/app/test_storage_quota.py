@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.core.config import get_settings
+from app.core import config
+from app.core.config import PRODUCTION_STORAGE_BYTES_PER_KEY, Settings, get_settings
 from app.core.db import session_scope
 from app.domain import retention
 from app.domain.admission import disk_estimate
@@ -72,3 +73,26 @@ def test_an_upload_counts_the_jobs_artifacts_too(client: TestClient, estimate: i
     upload = client.post("/v1/datasets", files={"file": ("d.npz", content)})
     assert upload.status_code == 507, upload.text
     assert "EPOCHAL_MAX_STORAGE_BYTES_PER_KEY" in upload.json()["detail"]
+
+
+def test_production_has_a_quota_by_default_and_0_turns_it_off() -> None:
+    assert Settings().storage_quota_bytes is None  # the embedded default, as `make run`
+    assert Settings(production=True).storage_quota_bytes == PRODUCTION_STORAGE_BYTES_PER_KEY
+    assert Settings(production=True, max_storage_bytes_per_key=0).storage_quota_bytes is None
+    assert Settings(max_storage_bytes_per_key=5000).storage_quota_bytes == 5000
+
+
+def test_a_production_server_applies_its_default_quota(
+    estimate: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(config, "PRODUCTION_STORAGE_BYTES_PER_KEY", estimate * 3 // 2)
+    monkeypatch.setenv("EPOCHAL_PRODUCTION", "true")  # EPOCHAL_MAX_STORAGE_BYTES_PER_KEY unset
+    get_settings.cache_clear()
+    from app.main import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('prod')}"
+        assert client.post("/v1/jobs", json=SPEC).status_code == 201
+        refused = client.post("/v1/jobs", json=SPEC)
+    assert refused.status_code == 507, refused.text
+    assert f"the quota is {estimate * 3 // 2}" in refused.json()["detail"]

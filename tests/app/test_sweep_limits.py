@@ -53,6 +53,22 @@ def clients(db_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator
         client.__exit__(None, None, None)
 
 
+JSON = {"content-type": "application/json"}
+
+
+def json_of(body: Any) -> bytes:
+    """`body` as JSON however deep (the test client's encoder recurses)."""
+    import json
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)
+    try:
+        return json.dumps(body).encode()
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def sweep(base: dict[str, Any], parameters: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {"base": base, "parameters": parameters, "max_trials": 6, "max_parallel": 4, **more}
 
@@ -170,12 +186,31 @@ def test_a_space_with_too_many_edge_values_is_refused_before_any_is_checked(
     assert alice.post("/v1/sweeps", json=within).status_code == 201
 
 
-def test_a_deeply_nested_choice_is_a_422_not_a_500(clients: Client) -> None:
+def nested(levels: int, wrap: Callable[[Any], Any]) -> Any:
+    deep: Any = 32
+    for _ in range(levels):
+        deep = wrap(deep)
+    return deep
+
+
+@pytest.mark.parametrize("levels", [17, 600, 5000])
+@pytest.mark.parametrize("kind", ["lists", "objects", "mixed"])
+def test_a_deeply_nested_choice_is_a_422_not_a_500(clients: Client, levels: int, kind: str) -> None:
+    wraps: dict[str, Callable[[Any], Any]] = {
+        "lists": lambda inner: [inner],
+        "objects": lambda inner: {"k": inner},
+        "mixed": lambda inner: [{"k": inner}],
+    }
     alice = clients(make_key("alice"))
-    deep: Any = [32]
-    for _ in range(600):  # parses as JSON; copying it recursed past Python's limit
-        deep = [deep]
-    body = sweep(hostile.BASE, {"model.hidden_units": {"type": "categorical", "choices": [deep]}})
-    response = alice.post("/v1/sweeps", json=body)
-    assert response.status_code == 422, response.text
-    assert "nests deeper than 16 levels" in response.json()["detail"]
+    deep = nested(levels, wraps[kind])  # parses as JSON; copying it recursed past Python's limit
+    for path in ("model.hidden_units", "dataset"):
+        space = {path: {"type": "categorical", "choices": [deep]}}
+        body = json_of(sweep(hostile.BASE, space))
+        response = alice.post("/v1/sweeps", content=body, headers=JSON)
+        assert response.headers["content-type"] == "application/problem+json"
+        if levels * (2 if kind == "mixed" else 1) < 1000:  # within what Python's json parses
+            assert response.status_code == 422, response.text
+            assert "nests deeper than 16 levels" in response.json()["detail"]
+        else:  # the parser's own recursion limit: the body cannot be read
+            assert response.status_code == 400, response.text
+            assert "error parsing the body" in response.json()["detail"]

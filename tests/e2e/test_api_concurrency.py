@@ -23,7 +23,8 @@ STREAMS = 120  # > 30 pooled connections + 40 threads of one API process
 
 @pytest.fixture(scope="module")
 def service(pg_service_env: dict[str, str]) -> Iterator[Service]:
-    with running_service(pg_service_env, worker=False) as svc:
+    streams = {"EPOCHAL_MAX_STREAMS_PER_KEY": str(STREAMS)}  # all of one key
+    with running_service(pg_service_env, worker=False, **streams) as svc:
         yield svc
 
 

@@ -9,6 +9,8 @@ and the API process's peak resident memory (VmHWM, reset before the attack throu
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 import zipfile
@@ -242,3 +244,28 @@ def test_heavy_predictions_never_stall_the_loop(service: Service, attacker: str)
     assert {r.status_code for r in small} <= {200, 503}
     assert any(r.status_code == 200 for r in small)
     assert all(r.headers.get("retry-after") for r in small if r.status_code == 503)
+
+
+def test_an_upload_without_a_key_is_answered_before_its_body_is_sent(service: Service) -> None:
+    """A 150 MiB upload with no key, sent as fast as the socket takes it: the 401 arrives
+    while most of it is unsent (before, the whole body was received and spooled first)."""
+    total = 150 * MiB
+    host, port = service.url.removeprefix("http://").split(":")
+    part = b'--b\r\nContent-Disposition: form-data; name="file"; filename="d.npz"\r\n\r\n'
+    head = (
+        "POST /v1/datasets HTTP/1.1\r\nHost: api\r\nContent-Type: multipart/form-data; "
+        f"boundary=b\r\nContent-Length: {len(part) + total}\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head.encode() + part)  # then the file's bytes, never their end
+        sock.setblocking(False)
+        sent, answer, chunk = 0, b"", bytes(64 * 1024)
+        while sent < total and not answer:
+            readable, writable, _ = select.select([sock], [sock], [], 30)
+            if readable:
+                answer = sock.recv(4096)
+            elif writable:
+                sent += sock.send(chunk[: total - sent])
+    print(f"\nanswered after {sent / MiB:.1f} of {total / MiB:.0f} MiB sent: {answer[:40]!r}")
+    assert answer.startswith(b"HTTP/1.1 401"), answer
+    assert sent < total // 2

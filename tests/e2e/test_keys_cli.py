@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.stream_guard import STREAMS
 from tests.helpers import ROOT, scaled, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -69,3 +71,20 @@ def test_create_list_revoke(db_env: dict[str, str], api: TestClient) -> None:
     assert keys(db_env, "list").stdout.split(alice_id)[1].split()[2] == "revoked"
     again = keys(db_env, "revoke", alice_id)
     assert again.returncode == 1 and f"no active key {alice_id}" in again.stderr
+
+
+def test_a_revoked_keys_open_stream_ends_within_seconds(
+    db_env: dict[str, str], api: TestClient
+) -> None:
+    """Issue 25: a live stream checked its key at open only and outlived `keys revoke`."""
+    from tests.app.test_stream_guard import Stream, own_job
+
+    key_id, key = create(db_env, "streamer")
+    stream = Stream(api, key, own_job(api, key))  # the job stays queued: no end of its own
+    wait_until(lambda: STREAMS.open[key_id] == 1, 10, "the stream to open")
+    revoked = keys(db_env, "revoke", key_id)
+    assert revoked.returncode == 0, revoked.stderr
+    revoked_at = time.monotonic()
+    assert stream.wait(scaled(15)).status_code == 200  # a sanity bound; the time is printed
+    print(f"\nthe stream ended {stream.ended_at - revoked_at:.2f} s after `keys revoke` returned")
+    assert STREAMS.open[key_id] == 0

@@ -24,8 +24,8 @@ from tests.helpers import ROOT
 PIP_INSTALL = ("-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-compile")
 # Not part of a distribution; dot-directories (.venv, .git, .epochal, ...) are skipped too.
 NOT_SOURCE = ("__pycache__", "*.egg-info", "build", "dist", "test-artifacts")
-# What `epochal worker` needs beside the two wheels to train a PyTorch job on digits; the
-# Dockerfile's worker stage installs the same, after the CUDA builds of both frameworks.
+# What `epochal worker` needs beside the two wheels to train a PyTorch job on digits; the worker
+# image's PyTorch environment (requirements/worker-pytorch.txt) installs the same.
 WORKER_EXTRAS = "torch,data,export"
 WORKER_DEPS = ("setproctitle",)
 TIMINGS: list[tuple[str, float]] = []

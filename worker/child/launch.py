@@ -44,6 +44,7 @@ from worker.protocol import (
     Assignment,
     JobConfigError,
     Outcome,
+    Threads,
     child_argv,
     is_disk_full,
     read_stop_reason,
@@ -87,23 +88,28 @@ def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
         on_signal(STOP_SIGNAL, None)
 
 
-def placement_for(spec: JobSpec, rank: int) -> Placement:
+def placement_for(spec: JobSpec, rank: int, threads: Threads | None) -> Placement:
     """This process's part: a DDP rank (PyTorch, one process per replica) or every replica
-    of a MirroredStrategy (TensorFlow, one process). DDP ranks split the CPUs this process
-    may run on (its affinity, not the host's core count), so they do not oversubscribe."""
+    of a MirroredStrategy (TensorFlow, one process), on the threads its supervisor chose.
+    Started by hand without them, DDP ranks split the CPUs this process may run on (its
+    affinity, not the host's core count), so they do not oversubscribe."""
     replicas = spec.resources.replica_count
     ddp = spec.framework == "pytorch" and replicas > 1
-    threads = max(1, len(os.sched_getaffinity(0)) // replicas) if ddp else None
+    if threads is None and ddp:
+        threads = Threads(max(1, len(os.sched_getaffinity(0)) // replicas), 1)
     gpus = ([rank] if ddp else list(range(replicas))) if spec.resources.gpus else []
     return Placement(
         replicas=replicas if ddp or spec.framework == "tensorflow" else 1,
         rank=rank,
         gpus=gpus,
-        threads=threads,
+        threads=None if threads is None else threads.intra,
+        interop_threads=None if threads is None else threads.inter,
     )
 
 
-def run_ranks(job_id: str, attempt: int, workdir: Path, replicas: int) -> int:
+def run_ranks(
+    job_id: str, attempt: int, workdir: Path, replicas: int, threads: Threads | None
+) -> int:
     """Start one process per DDP rank and wait; when one ends, the rest may not linger.
 
     Ranks agree on when and why to stop, and one that raises breaks the others' collectives,
@@ -118,7 +124,8 @@ def run_ranks(job_id: str, attempt: int, workdir: Path, replicas: int) -> int:
     # PR_SET_PDEATHSIG: told who its parent is, it sees that and exits (die_with_parent).
     env = {**os.environ, DDP_INIT_ENV: f"file://{store}", SUPERVISOR_ENV: str(os.getpid())}
     ranks = [
-        subprocess.Popen(child_argv(job_id, attempt, rank), env=env) for rank in range(replicas)
+        subprocess.Popen(child_argv(job_id, attempt, rank, threads), env=env)
+        for rank in range(replicas)
     ]
     first_exit: float | None = None
     while any(rank.poll() is None for rank in ranks):
@@ -195,6 +202,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--attempt", type=int)
     parser.add_argument("--rank", type=int, default=None)
     parser.add_argument("--standby", choices=FRAMEWORKS, default=None)
+    parser.add_argument("--threads", type=Threads.decode, default=None, help="INTRA,INTER")
     args = parser.parse_args(argv)
     if args.standby is None and (args.job_id is None or args.attempt is None):
         parser.error("JOB_ID and --attempt are required (or --standby FRAMEWORK)")
@@ -208,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.standby:
         job = wait_for_assignment(args.standby)
         args.job_id, args.attempt, started = job.job_id, job.attempt, job.sent_at
-        # From now on `ps` shows what a cold child would show: the job id and attempt.
-        setproctitle(" ".join(child_argv(args.job_id, args.attempt)))
+        args.threads = job.threads
+        # From now on `ps` shows what a cold child would show: the job id, attempt, threads.
+        setproctitle(" ".join(child_argv(args.job_id, args.attempt, threads=args.threads)))
         write_output_to(JobFiles.of(settings.resolved_artifacts_dir, args.job_id).log)
     else:
         started = float(os.environ.pop(SPAWNED_ENV, time.time()))
@@ -217,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     files = JobFiles.of(settings.resolved_artifacts_dir, args.job_id)
     workdir = files.root
     spec = JobSpec.model_validate_json(files.spec.read_text())
-    placement = placement_for(spec, args.rank or 0)
+    placement = placement_for(spec, args.rank or 0, args.threads)
     if args.rank is None and spec.framework == "pytorch" and placement.replicas > 1:
-        return run_ranks(args.job_id, args.attempt, workdir, placement.replicas)
+        return run_ranks(args.job_id, args.attempt, workdir, placement.replicas, args.threads)
     state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
     listen_for_stop(state, workdir, args.attempt)
     from worker.child.attempt import (

@@ -44,6 +44,7 @@ from worker.supervisor.job_end import record
 from worker.supervisor.lease import LeaseKeeper
 from worker.supervisor.oom import MemoryWatch
 from worker.supervisor.standby import POOL, warm_up
+from worker.supervisor.threads import cpu_budget, threads_for
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
@@ -141,15 +142,19 @@ def start_child(
     files.spec.write_text(spec.model_dump_json())
     for stale in (files.outcome(attempt), files.stop_request(attempt)):  # a preempted attempt
         stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
-    append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s)")
-    process = POOL.assign(spec.framework, job_id, attempt)
+    threads = threads_for(spec, cpu_budget(settings))
+    pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
+    append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s, {pools})")
+    process = POOL.assign(spec.framework, job_id, attempt, threads)
     # The next child of this kind imports its framework while this one trains, so a job that
     # comes right after this one ends (a sweep's next trial) starts warm too.
     warm_up(settings, [spec.framework])
     if process is None:
         with files.log.open("ab") as log_file:  # the child keeps its own copy of the fd
             process = subprocess.Popen(
-                child_argv(job_id, attempt),
+                child_argv(
+                    job_id, attempt, threads=threads, python=settings.python_for(spec.framework)
+                ),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

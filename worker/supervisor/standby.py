@@ -17,7 +17,7 @@ import time
 
 from app.core.config import Settings
 from worker.priority import back_to_normal
-from worker.protocol import Assignment, child_env, standby_argv
+from worker.protocol import Assignment, Threads, child_env, standby_argv
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +28,13 @@ class StandbyPool:
     def __init__(self) -> None:
         self._waiting: dict[str, subprocess.Popen[bytes]] = {}
 
-    def refill(self, framework: str, env: dict[str, str]) -> None:
+    def refill(self, framework: str, env: dict[str, str], python: str | None = None) -> None:
         """Start a waiting child for the framework unless a live one is there already."""
         current = self._waiting.get(framework)
         if current is not None and current.poll() is None:
             return
         self._waiting[framework] = subprocess.Popen(
-            standby_argv(framework),
+            standby_argv(framework, python),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,  # the child moves its output to the job's log on assignment
             stderr=subprocess.DEVNULL,
@@ -42,13 +42,15 @@ class StandbyPool:
             env=env,
         )
 
-    def assign(self, framework: str, job_id: str, attempt: int) -> subprocess.Popen[bytes] | None:
+    def assign(
+        self, framework: str, job_id: str, attempt: int, threads: Threads | None = None
+    ) -> subprocess.Popen[bytes] | None:
         """Hand the job to the waiting child; None when there is none (start a cold one)."""
         child = self._waiting.pop(framework, None)
         if child is None or child.poll() is not None or child.stdin is None:
             return None
         try:
-            child.stdin.write(Assignment(job_id, attempt, time.time()).encode())
+            child.stdin.write(Assignment(job_id, attempt, time.time(), threads).encode())
             child.stdin.close()
         except OSError:  # it died between poll() and write(): start a cold child instead
             log.warning("warm %s child was gone; starting a cold one", framework)
@@ -71,4 +73,4 @@ def warm_up(settings: Settings, frameworks: list[str]) -> None:
     wanted = [f.strip() for f in settings.warm_frameworks.split(",") if f.strip()]
     for framework in frameworks:
         if framework in wanted:
-            POOL.refill(framework, child_env())
+            POOL.refill(framework, child_env(), settings.python_for(framework))

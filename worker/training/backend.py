@@ -30,7 +30,8 @@ class Placement:
     replicas: int = 1
     rank: int = 0
     gpus: list[int] = field(default_factory=list)
-    threads: int | None = None
+    threads: int | None = None  # intra-op; None: the framework's default (a thread per core)
+    interop_threads: int | None = None
 
     @property
     def is_main(self) -> bool:

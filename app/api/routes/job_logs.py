@@ -11,6 +11,7 @@ from app.api.deps import JobDep
 from app.core.config import get_settings
 from app.domain.job_files import JobFiles
 from app.domain.job_log import tail_lines
+from app.domain.redact import without_server_paths
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -23,8 +24,10 @@ class JobLogPublic(BaseModel):
 
 @router.get("/{job_id}/logs", response_model=JobLogPublic, operation_id="get_job_logs")
 def read_job_logs(job: JobDep, tail: Annotated[int, Query(ge=1, le=5000)] = 200) -> JobLogPublic:
-    """The last `tail` lines of the job's log (for operators: why did it fail?)."""
+    """The last `tail` lines of the job's log (for operators: why did it fail?), each
+    absolute path on the server cut to its last component (the file on disk keeps them)."""
     lines, truncated = tail_lines(
         JobFiles.of(get_settings().resolved_artifacts_dir, job.id).log, tail
     )
-    return JobLogPublic(job_id=job.id, lines=lines, truncated=truncated)
+    shown = [without_server_paths(line) for line in lines]
+    return JobLogPublic(job_id=job.id, lines=shown, truncated=truncated)

@@ -27,7 +27,7 @@ from worker.training.data import Splits, epoch_order, global_steps  # noqa: E402
 from worker.training.init import initial_weights  # noqa: E402
 from worker.training.tf.graph import build_model  # noqa: E402
 from worker.training.tf.optimizers import RegistryOptimizer  # noqa: E402
-from worker.training.tf.strategy import make_strategy  # noqa: E402
+from worker.training.tf.strategy import make_strategy, thread_counts  # noqa: E402
 
 CHUNK_STEPS = 64
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -259,7 +259,8 @@ class TFBackend:
 
     def topology(self) -> dict[str, int | str]:
         mirrored = isinstance(self.strategy, tf.distribute.MirroredStrategy)
-        return {"replicas": self.replicas, "strategy": "mirrored" if mirrored else "single"}
+        strategy = "mirrored" if mirrored else "single"
+        return {"replicas": self.replicas, "strategy": strategy, **thread_counts()}
 
     def _extra_state(self) -> list[tf.Variable]:
         """Optimizer slots and the dropout seed generators (in model.variables, not weights)."""

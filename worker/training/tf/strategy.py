@@ -1,6 +1,8 @@
-"""Which tf.distribute strategy a job runs under, chosen from its placement."""
+"""Which tf.distribute strategy a job runs under, and on how many threads, from its placement."""
 
 from __future__ import annotations
+
+import contextlib
 
 import tensorflow as tf
 
@@ -13,6 +15,7 @@ def make_strategy(placement: Placement) -> tf.distribute.Strategy:
     Logical CPU devices must exist before TensorFlow initializes its runtime, so this runs
     first thing in the back-end (and the training child is a fresh process, P14, P27).
     """
+    use_threads(placement)
     if placement.replicas == 1:
         if placement.gpus:
             return tf.distribute.OneDeviceStrategy("/gpu:0")
@@ -28,3 +31,24 @@ def make_strategy(placement: Placement) -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy(
         devices, cross_device_ops=None if placement.gpus else tf.distribute.ReductionToOneDevice()
     )
+
+
+def use_threads(placement: Placement) -> None:
+    """The thread pools the supervisor chose (worker.supervisor.threads). Like logical
+    devices they are fixed once the runtime starts: a second back-end in the same process
+    (the in-process tests) keeps the first one's."""
+    threading, counts = tf.config.threading, thread_counts()
+    with contextlib.suppress(RuntimeError):
+        if placement.threads and counts["intra_op_threads"] != placement.threads:
+            threading.set_intra_op_parallelism_threads(placement.threads)
+        if placement.interop_threads and counts["inter_op_threads"] != placement.interop_threads:
+            threading.set_inter_op_parallelism_threads(placement.interop_threads)
+
+
+def thread_counts() -> dict[str, int]:
+    """The runtime's thread pools (0: TensorFlow's default, a thread per core)."""
+    threading = tf.config.threading
+    return {
+        "intra_op_threads": threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": threading.get_inter_op_parallelism_threads(),
+    }

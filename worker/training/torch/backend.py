@@ -47,8 +47,7 @@ class TorchBackend:
 
     def __init__(self, spec: JobSpec, splits: Splits, placement: Placement) -> None:
         torch.manual_seed(spec.training.seed)
-        if placement.threads:
-            torch.set_num_threads(placement.threads)
+        use_threads(placement)
         self.spec, self.placement, self.is_main = spec, placement, placement.is_main
         self.device = torch.device(f"cuda:{placement.gpus[0]}" if placement.gpus else "cpu")
         self.classify = spec.task == "classification"
@@ -235,7 +234,12 @@ class TorchBackend:
     def topology(self) -> dict[str, int | str]:
         ddp = isinstance(self.net, nn.parallel.DistributedDataParallel)
         replicas = distributed.world_size(self.placement)
-        return {"replicas": replicas, "strategy": "ddp" if ddp else "single"}
+        return {
+            "replicas": replicas,
+            "strategy": "ddp" if ddp else "single",
+            "intra_op_threads": torch.get_num_threads(),
+            "inter_op_threads": torch.get_num_interop_threads(),
+        }
 
     def save_checkpoint(self, directory: Path) -> None:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -256,6 +260,18 @@ class TorchBackend:
 
     def close(self, exiting: bool = False) -> None:
         distributed.shutdown(self.placement)  # ranks leave together, exiting or not
+
+
+def use_threads(placement: Placement) -> None:
+    """The thread pools the supervisor chose (worker.supervisor.threads). The inter-op pool
+    can be sized once per process, before it first runs: a second back-end in the same
+    process (the in-process tests) keeps the first one's."""
+    if placement.threads:
+        torch.set_num_threads(placement.threads)
+    inter = placement.interop_threads
+    if inter and torch.get_num_interop_threads() != inter:
+        with contextlib.suppress(RuntimeError):
+            torch.set_num_interop_threads(inter)
 
 
 def preload() -> None:

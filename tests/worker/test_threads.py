@@ -1,0 +1,163 @@
+"""Threads chosen, not defaulted: the worker's CPU budget, a spec's lower ask, DDP ranks sharing
+it, and a real training child (cold or warm, each framework) running on what was chosen."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from app.core.config import Settings, get_settings
+from app.core.db import session_scope
+from app.domain import crud
+from app.schemas.job_spec import JobSpec
+from worker.protocol import Assignment, Threads, child_argv
+from worker.supervisor import threads
+from worker.supervisor.threads import SERVICE_CPUS, cpu_budget, cpu_quota, threads_for
+
+
+def spec(framework: str = "pytorch", **resources: Any) -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "framework": framework,
+            "dataset": {"name": "digits", "limit": 400},
+            "model": {"type": "mlp", "hidden_units": [8]},
+            "training": {"epochs": 1},
+            "resources": resources,
+        }
+    )
+
+
+def test_the_budget_is_the_setting_or_the_cpus_less_the_services_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert cpu_budget(Settings(worker_cpus=3)) == 3
+    monkeypatch.delenv("EPOCHAL_WORKER_CPUS", raising=False)  # tests/helpers.py may set it
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    monkeypatch.setattr(threads, "cpu_quota", lambda *_: None)
+    assert cpu_budget(Settings()) == 4 - SERVICE_CPUS
+    monkeypatch.setattr(threads, "cpu_quota", lambda *_: 2)  # a container's `cpus: 2`
+    assert cpu_budget(Settings()) == 2 - SERVICE_CPUS
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})
+    assert cpu_budget(Settings()) == 1  # never none
+
+
+@pytest.mark.parametrize(
+    ("membership", "files", "cpus"),
+    [
+        ("0::/box\n", {"box/cpu.max": "150000 100000\n"}, 2),  # v2: 1.5 CPUs, rounded up
+        ("0::/\n", {"cpu.max": "max 100000\n"}, None),
+        (
+            "4:memory:/x\n2:cpu,cpuacct:/box\n",
+            {
+                "cpu,cpuacct/box/cpu.cfs_quota_us": "300000",
+                "cpu,cpuacct/box/cpu.cfs_period_us": "100000",
+            },
+            3,
+        ),  # v1
+        ("1:cpu:/\n", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None),
+        ("0::/gone\n", {}, None),
+    ],
+    ids=["v2-quota", "v2-none", "v1-quota", "v1-none", "unreadable"],
+)
+def test_a_cgroup_cpu_quota_caps_the_default_budget(
+    tmp_path: Path, membership: str, files: dict[str, str], cpus: int | None
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "self-cgroup").write_text(membership)
+    assert cpu_quota(tmp_path, tmp_path / "self-cgroup") == cpus
+
+
+def test_a_spec_may_lower_its_threads_and_is_clamped_to_the_budget() -> None:
+    assert threads_for(spec(), 4) == Threads(4, 1)
+    assert threads_for(spec(cpu_threads=2), 4) == Threads(2, 1)
+    assert threads_for(spec(cpu_threads=16), 4) == Threads(4, 1)  # the worker's budget wins
+
+
+def test_replicas_share_the_budget() -> None:
+    assert threads_for(spec(replicas=2), 4) == Threads(2, 1)  # each DDP rank: half
+    assert threads_for(spec(replicas=4), 2) == Threads(1, 1)  # never below one
+    # One TensorFlow process holds every replica: the whole budget, an inter-op thread each.
+    assert threads_for(spec("tensorflow", replicas=2), 4) == Threads(4, 3)
+    assert threads_for(spec("tensorflow"), 1) == Threads(1, 2)
+
+
+def test_cpu_threads_must_be_at_least_one() -> None:
+    with pytest.raises(ValidationError, match="cpu_threads"):
+        spec(cpu_threads=0)
+
+
+def test_threads_travel_on_the_command_line_and_in_the_hand_over() -> None:
+    argv = child_argv("job", 2, threads=Threads(3, 1))
+    assert argv[-2:] == ["--threads", "3,1"]
+    sent = Assignment("job", 2, 12.5, Threads(3, 1))
+    assert Assignment.decode(sent.encode()) == sent
+    assert Assignment.decode(Assignment("job", 2, 12.5).encode()).threads is None
+    with pytest.raises(ValueError):
+        Threads.decode("0,1")
+
+
+def run_to_end(settings: Settings, job_spec: JobSpec) -> dict[str, Any]:
+    from worker.supervisor import runner
+
+    with session_scope() as session:
+        job_id = crud.create_job(session, job_spec, "gpus-0").id
+    runner.run_job(job_id, "w1")
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        assert job.status == "succeeded", job.error
+        assert job.result is not None
+        return job.result
+
+
+@pytest.mark.parametrize(
+    ("framework", "warm", "resources", "expected"),
+    [
+        ("pytorch", False, {}, (3, 1)),
+        ("pytorch", True, {"cpu_threads": 2}, (2, 1)),
+        ("tensorflow", False, {}, (3, 2)),
+        ("tensorflow", True, {"cpu_threads": 1}, (1, 2)),
+        ("pytorch", False, {"replicas": 2}, (1, 1)),  # rank 0 reports; each rank has 3 // 2
+        ("tensorflow", False, {"replicas": 2}, (3, 3)),  # the collectives need their threads
+    ],
+    ids=[
+        "pytorch-cold",
+        "pytorch-warm",
+        "tensorflow-cold",
+        "tensorflow-warm",
+        "pytorch-ddp",
+        "tensorflow-mirrored",
+    ],
+)
+def test_the_training_child_runs_on_the_chosen_threads(
+    sqlite_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    framework: str,
+    warm: bool,
+    resources: dict[str, int],
+    expected: tuple[int, int],
+) -> None:
+    # A budget no framework would pick by itself on this box (it counts its cores), and no
+    # thread variable that could set it instead.
+    for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("EPOCHAL_WORKER_CPUS", "3")
+    monkeypatch.setenv("EPOCHAL_WARM_FRAMEWORKS", framework if warm else "")
+    get_settings.cache_clear()
+    from worker.supervisor.standby import POOL, warm_up
+
+    settings = get_settings()
+    try:
+        if warm:
+            warm_up(settings, [framework])
+            assert framework in POOL._waiting  # the job goes to this child
+        result = run_to_end(settings, spec(framework, **resources))
+    finally:
+        POOL.close()
+    assert (result["intra_op_threads"], result["inter_op_threads"]) == expected

@@ -1,0 +1,76 @@
+"""The CPU threads each training process gets, chosen here rather than left to the frameworks.
+
+PyTorch (OpenMP) and TensorFlow size their pools by the host's cores. A job's intra-op
+threads wait for each other at every operation, so when anything else on the box takes a core
+(the API answering a poll, the supervisor, the next warm child's import) every thread of the
+step waits for the one that lost it (BENCHMARKS.md, "Threads chosen, not defaulted"). So the
+worker has a CPU budget: EPOCHAL_WORKER_CPUS, by default the CPUs it may run on (its affinity
+mask, or its cgroup's CPU quota when that is smaller: a container's `cpus:`) less one for the
+service's own processes. A job trains on all of it, or on `resources.cpu_threads` if
+that is lower (a higher value gets the budget: the API cannot know which worker takes the
+job); DDP ranks split it. The warm child that takes a job gets the same count as a cold one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from app.core.config import Settings
+from app.schemas.job_spec import JobSpec
+from worker.protocol import Threads
+
+# The API, the Celery process with its supervisor, and the next warm child's import: together
+# about one core's worth of work beside a training job, mostly in bursts.
+SERVICE_CPUS = 1
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def cpu_budget(settings: Settings) -> int:
+    """How many CPU threads this worker's training processes may keep busy, together."""
+    if settings.worker_cpus is not None:
+        return settings.worker_cpus
+    cpus = len(os.sched_getaffinity(0))
+    quota = cpu_quota(CGROUP, Path("/proc/self/cgroup"))
+    return max(1, min(cpus, quota or cpus) - SERVICE_CPUS)
+
+
+def cpu_quota(root: Path, membership: Path) -> int | None:
+    """The CPUs this process's cgroup may use, rounded up (None: no quota, or none found):
+    cgroup v2's `cpu.max` ("max 100000", "150000 100000") or v1's cpu.cfs_quota_us/period."""
+    try:
+        lines = [line.split(":", 2) for line in membership.read_text().splitlines()]
+    except OSError:
+        return None
+    for _, controllers, group in (parts for parts in lines if len(parts) == 3):
+        if controllers == "":  # v2: one hierarchy, every controller
+            files = [root / group.lstrip("/") / "cpu.max"]
+        elif "cpu" in controllers.split(","):
+            folder = root / controllers / group.lstrip("/")
+            files = [folder / "cpu.cfs_quota_us", folder / "cpu.cfs_period_us"]
+        else:
+            continue
+        try:
+            fields = " ".join(path.read_text() for path in files).split()
+        except OSError:
+            continue
+        if fields[0] in ("max", "-1"):
+            return None
+        return max(1, math.ceil(int(fields[0]) / int(fields[1])))
+    return None
+
+
+def threads_for(spec: JobSpec, budget: int) -> Threads:
+    """The thread pools of each training process of the job.
+
+    Intra-op: the job's share of the budget, split evenly among PyTorch's DDP ranks (one
+    process each). Inter-op: PyTorch runs a step's ops one after another (one thread);
+    TensorFlow keeps one per replica plus one, since a MirroredStrategy's replicas wait for
+    each other in their collectives and each needs a thread to get there.
+    """
+    wanted = min(budget, spec.resources.cpu_threads or budget)
+    replicas = spec.resources.replica_count
+    if spec.framework == "pytorch":
+        return Threads(intra=max(1, wanted // replicas), inter=1)
+    return Threads(intra=wanted, inter=replicas + 1)
