@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -173,6 +173,36 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id shown by keys
             typer.echo(f"no active key {key_id}", err=True)
             raise typer.Exit(1)
     typer.echo(f"revoked {key_id}")
+
+
+@keys.command("set-weight")
+def keys_set_weight(
+    key_id: Annotated[str, typer.Argument(help="the id shown by keys list")],
+    weight: Annotated[float, typer.Argument(min=0.01, max=1000, help="share against others (1)")],
+) -> None:
+    """Set a key's fair-share weight: a key of weight 2 may use twice the GPU-seconds."""
+    _set_share(key_id, weight=weight)
+    typer.echo(f"key {key_id}: share weight {weight:g}")
+
+
+@keys.command("set-max-priority")
+def keys_set_max_priority(
+    key_id: Annotated[str, typer.Argument(help="the id shown by keys list")],
+    priority: Annotated[int | None, typer.Argument(min=0, max=100, help="omit: no cap")] = None,
+) -> None:
+    """Cap the priority a key's jobs and sweeps may ask (omit the number to lift the cap)."""
+    _set_share(key_id, max_priority=priority, clear_cap=priority is None)
+    typer.echo(f"key {key_id}: max priority {'none' if priority is None else priority}")
+
+
+def _set_share(key_id: str, **change: Any) -> None:
+    from app.core.db import session_scope
+    from app.domain.keys import set_share
+
+    with session_scope() as session:
+        if set_share(session, key_id, **change) is None:
+            typer.echo(f"no key {key_id}", err=True)
+            raise typer.Exit(1)
 
 
 def ensure_admin_key() -> str:

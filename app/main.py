@@ -21,6 +21,7 @@ from app.api.routes import (
     jobs,
     predict,
     prometheus,
+    queue,
     sweeps,
     ui,
     workers,
@@ -73,6 +74,7 @@ def create_app() -> FastAPI:
     v1.include_router(job_logs.router)
     v1.include_router(events.router)
     v1.include_router(sweeps.router)
+    v1.include_router(queue.router)
     app.include_router(v1)
     app.include_router(health.router)
     app.include_router(prometheus.router)

@@ -266,16 +266,20 @@ class Service:
 
     def create_key(self, name: str, admin: bool = False) -> str:
         """A new API key made with the real CLI (the key is the last word it prints)."""
-        argv = [*self.command, "keys", "create", name] + (["--admin"] if admin else [])
+        out = self.run_cli("keys", "create", name, *(["--admin"] if admin else []))
+        return out.split()[-1]
+
+    def run_cli(self, *args: str) -> str:
+        """Run a server verb of `epochal` against this service; its output."""
         out = subprocess.run(
-            argv,
+            [*self.command, *args],
             cwd=self.cwd,
             env={**os.environ, **self.env},
             capture_output=True,
             text=True,
             check=True,
         )
-        return out.stdout.split()[-1]
+        return out.stdout
 
     def start_api(self, workers: int = 1) -> None:
         port = self.url.rsplit(":", 1)[1]

@@ -13,7 +13,9 @@ Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them 
   the artifacts disk full: the last good checkpoint stays, a retry would fill it again),
   internal_error (an unexpected exception: a retry would meet it again);
 - worker_shutdown: its worker was shutting down and stopped the attempt at a step boundary,
-  after a checkpoint; it is nobody's failure, so max_restarts does not bound it.
+  after a checkpoint; it is nobody's failure, so max_restarts does not bound it;
+- preempted: a higher-priority job needed the worker (app.scheduler.preempt): stopped at an
+  epoch's end, checkpointed, re-queued under the same attempt.
 Retrying only what a retry can fix stops an OOM-ing or NaN-ing spec from looping (P3, P37).
 """
 
@@ -44,6 +46,7 @@ RETRYABLE = frozenset(
         ErrorCode.child_killed,
         ErrorCode.child_crashed,
         ErrorCode.worker_shutdown,
+        ErrorCode.preempted,
     }
 )
 
@@ -55,6 +58,7 @@ STOPPED = {
     StopReason.cancelled: (JobStatus.cancelled, None),
     StopReason.timeout: (JobStatus.failed, ErrorCode.timeout),
     StopReason.shutdown: (JobStatus.failed, ErrorCode.worker_shutdown),
+    StopReason.preempted: (JobStatus.failed, ErrorCode.preempted),
     StopReason.non_finite_loss: (JobStatus.failed, ErrorCode.non_finite_loss),
 }
 

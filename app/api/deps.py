@@ -20,7 +20,8 @@ from app.core.db import DB_SLOTS, session_factory
 from app.domain import crud, datasets
 from app.domain.admission import admission_errors, sweep_admission_errors
 from app.domain.keys import KEY_ROW, KEYS, Caller, KeyRow, split
-from app.domain.tables import Job
+from app.domain.tables import ApiKey, Job
+from app.scheduler.policy import priority_problem
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
@@ -187,3 +188,16 @@ def check_job_fits(session: Session, key: Caller, spec: JobSpec | SweepSpec) -> 
         errors = admission_errors(session, spec, key)
     if errors:
         raise RequestValidationError(errors)
+
+
+def check_job_priority(session: Session, key: Caller, spec: JobSpec | SweepSpec) -> None:
+    """403 when the key may not ask this priority (its admin-set cap) or preemptible: false."""
+    job = spec.base if isinstance(spec, SweepSpec) else spec
+    priority = (
+        spec.priority if isinstance(spec, SweepSpec) and spec.priority is not None else job.priority
+    )
+    row = session.get(ApiKey, key.id)
+    cap = row.max_priority if row is not None else None
+    problem = priority_problem(priority, job.preemptible, is_admin=key.is_admin, max_priority=cap)
+    if problem is not None:
+        raise HTTPException(403, problem)

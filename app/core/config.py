@@ -79,6 +79,24 @@ class Settings(BaseSettings):
     )
     maintenance_seconds: float = Field(5.0, gt=0, le=600)
 
+    # The scheduler (app.scheduler): fair share between keys and preemption.
+    fair_share_window_seconds: float = Field(
+        86_400.0, gt=0, description="Fair share compares keys' GPU-seconds over this window."
+    )
+    fair_share_tolerance: float = Field(
+        0.25,
+        ge=0,
+        le=100,
+        description="Keys whose usage is within this fraction of the least count as level: "
+        "the one that started a job longest ago goes next.",
+    )
+    preempt_margin: int = Field(
+        20,
+        ge=1,
+        le=100,
+        description="A queued job preempts a running one whose priority is this much lower.",
+    )
+
     # PostgreSQL connections (RELIABILITY.md §11): none of them may wait forever.
     db_connect_timeout_seconds: int = Field(
         10, ge=2, le=300, description="Give up opening a PostgreSQL connection after this."

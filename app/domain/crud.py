@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -23,6 +23,7 @@ from app.domain.paging import encode_cursor
 from app.domain.redact import without_server_paths
 from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, JobTransition, Worker, utcnow
+from app.domain.usage import note_transition
 from app.schemas.job_spec import JobSpec
 
 
@@ -56,6 +57,8 @@ def create_job(
         queue=queue,
         gpus=spec.resources.gpus,
         max_restarts=spec.max_restarts,
+        priority=spec.priority,
+        preemptible=spec.preemptible,
         status=JobStatus.queued,
     )
     session.add(job)
@@ -67,6 +70,8 @@ def create_job(
 def add_transition(
     session: Session, job_id: str, before: str | None, after: str, reason: str, attempt: int
 ) -> None:
+    """One row per status change; the key's usage (app.domain.usage) follows it."""
+    note_transition(session, job_id, before, after)
     reason = without_server_paths(reason)  # e.g. a stopped attempt's error, re-queued
     session.add(
         JobTransition(
@@ -94,7 +99,9 @@ def list_jobs(session: Session, *, limit: int, **filters: Any) -> tuple[list[Job
 
 
 def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) -> Job | None:
-    """Queued -> running for this worker, or None when someone else has it (or it ended)."""
+    """Queued -> running for this worker, or None when someone else has it (or it ended).
+
+    A new attempt, except for a preempted job resuming: preemption is nobody's failure."""
     now = utcnow()
     claimed = rows_changed(
         session,
@@ -102,7 +109,8 @@ def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) 
         .where(Job.id == job_id, Job.status == JobStatus.queued)
         .values(
             status=JobStatus.running,
-            attempt=Job.attempt + 1,
+            attempt=Job.attempt + case((Job.preempted_by.is_(None), 1), else_=0),
+            preempted_by=None,
             worker_name=worker,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             started_at=func.coalesce(Job.started_at, now),
@@ -207,7 +215,11 @@ def requeue(session: Session, job: Job, reason: str) -> bool:
         update(Job)
         .where(Job.id == job.id, Job.attempt == job.attempt, Job.status == JobStatus.running)
         .values(
-            status=JobStatus.queued, lease_expires_at=None, worker_name=None, dispatched_at=None
+            status=JobStatus.queued,
+            lease_expires_at=None,
+            worker_name=None,
+            dispatched_at=None,
+            preempted_by=None,  # a failed attempt: the next one is a new attempt
         ),
     )
     if moved:

@@ -140,3 +140,22 @@ def revoke(session: Session, key_id: str) -> bool:
     row.revoked_at = utcnow()
     KEYS.forget(key_id)
     return True
+
+
+def set_share(
+    session: Session,
+    key_id: str,
+    *,
+    weight: float | None = None,
+    max_priority: int | None = None,
+    clear_cap: bool = False,
+) -> ApiKey | None:
+    """An admin's setting of a key's share weight or priority cap (None: no such key)."""
+    row = session.get(ApiKey, key_id)
+    if row is None:
+        return None
+    if weight is not None:
+        row.share_weight = weight
+    if max_priority is not None or clear_cap:
+        row.max_priority = max_priority
+    return row

@@ -24,6 +24,11 @@ TERMINAL = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled
 ACTIVE = frozenset({JobStatus.running, JobStatus.cancelling})
 
 
+# The reason of the running -> queued transition a preemption writes (app.scheduler); such a
+# re-queue is nobody's failure: it does not count against max_restarts or change `attempt`.
+PREEMPTED = "preempted"
+
+
 class SweepStatus(StrEnum):
     """running: launching trials; the rest are final (finished_at is set once no trial runs)."""
 
@@ -58,6 +63,7 @@ class StopReason(StrEnum):
     pruned = "pruned"  # a sweep's pruner ended the trial (the job succeeds)
     disk_full = "disk_full"  # a checkpoint or model write found no space left (final)
     shutdown = "shutdown"  # the worker is shutting down: checkpoint, then re-queue (internal)
+    preempted = "preempted"  # a higher-priority job needs the worker: stop at the epoch, re-queue
 
 
 class ErrorCode(StrEnum):
@@ -76,4 +82,5 @@ class ErrorCode(StrEnum):
     queue_timeout = "queue_timeout"
     internal_error = "internal_error"
     worker_shutdown = "worker_shutdown"
+    preempted = "preempted"  # stopped for a higher-priority job; re-queued, not a failure
     disk_full = "disk_full"

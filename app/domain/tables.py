@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -19,12 +20,14 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy import true as sa_true
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from app.domain.states import JobStatus, SweepStatus
 from app.schemas.ids import new_id
 from app.schemas.metric_row import METRIC_FIELDS
+from app.schemas.priority import PRIORITY_DEFAULT
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -102,10 +105,19 @@ class Job(Base):
     # The built model's summary (parameters, FLOPs, layers with shapes), from its spec and its
     # data's sample shape at submit; null for jobs stored before migration 0007.
     model_summary: Mapped[dict[str, Any] | None]
+    # The scheduler (app.scheduler, migration 0010): which queued job a free worker runs.
+    priority: Mapped[int] = mapped_column(
+        Integer, default=PRIORITY_DEFAULT, server_default=str(PRIORITY_DEFAULT)
+    )
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=sa_true())
+    # Set while a preemption of this job is asked and until it resumes: the job that asked.
+    # The claim that resumes a preempted job keeps its attempt (and clears this).
+    preempted_by: Mapped[str | None] = mapped_column(String(36))
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),
         Index("ix_job_status_created", "status", "created_at"),
+        Index("ix_job_queue", "status", "priority", "owner_id", "created_at"),
         UniqueConstraint("owner_id", "idempotency_key", name="uq_job_owner_idempotency_key"),
     )
 
@@ -174,6 +186,29 @@ class ApiKey(Base):
     is_admin: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None]
+    # Set by an admin (`epochal keys set-weight`, `set-max-priority`; migration 0010): the
+    # key's share of the workers against other keys, and the highest priority it may ask.
+    share_weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1.0")
+    max_priority: Mapped[int | None] = mapped_column(Integer)
+
+
+class JobRun(Base):
+    """One attempt's time on a worker (open while it runs): fair share sums these per key."""
+
+    __tablename__ = "job_run"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(36))  # no foreign key: usage outlives a job
+    owner_id: Mapped[str | None] = mapped_column(String(16))
+    slots: Mapped[int] = mapped_column(Integer)  # GPUs, or 1 for a CPU job (worker-seconds)
+    # Unix seconds, so a key's usage is summed by the database on every backend.
+    started: Mapped[float] = mapped_column(Float)
+    ended: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_job_run_owner_ended", "owner_id", "ended"),
+        Index("ix_job_run_job_ended", "job_id", "ended"),
+    )
 
 
 class Dataset(Base):
@@ -211,6 +246,17 @@ class EpochStat(Base):
     framework: Mapped[str] = mapped_column(String(16), primary_key=True)
     bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     epochs: Mapped[int] = mapped_column(BigInteger)
+    seconds_sum: Mapped[float] = mapped_column(Float)
+
+
+class SchedulerStat(Base):
+    """Running totals of the scheduler per series and bucket (app.scheduler.stats keeps them)."""
+
+    __tablename__ = "scheduler_stat"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    count: Mapped[int] = mapped_column(BigInteger)
     seconds_sum: Mapped[float] = mapped_column(Float)
 
 

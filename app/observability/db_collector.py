@@ -26,6 +26,7 @@ from app.core.db import session_factory
 from app.domain.epoch_stats import EPOCH_BUCKETS, UNTIMED, totals
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker, utcnow
+from app.scheduler import stats as scheduler_stats
 from app.schemas.job_spec import FRAMEWORKS
 
 
@@ -36,6 +37,7 @@ class DatabaseCollector(Collector):
         with session_factory()() as session:
             yield _jobs(session)
             yield from _queue(session)
+            yield from _scheduler(session)
             yield from _epochs(session)
             yield from _workers(session)
 
@@ -65,6 +67,41 @@ def _queue(session: Session) -> Iterable[Metric]:
     yield GaugeMetricFamily(
         "epochal_queue_oldest_seconds", "How long the oldest queued job has waited.", value=wait
     )
+
+
+def _scheduler(session: Session) -> Iterable[Metric]:
+    """Queue depth per priority, preemptions, and how long claims waited in the queue."""
+    depth = GaugeMetricFamily(
+        "epochal_queue_depth_by_priority", "Queued jobs per priority.", labels=["priority"]
+    )
+    query = (
+        select(Job.priority, func.count())
+        .where(Job.status == JobStatus.queued)
+        .group_by(Job.priority)
+        .order_by(Job.priority)
+    )
+    for priority, count in session.execute(query):
+        depth.add_metric([str(priority)], count)
+    yield depth
+    totals_ = scheduler_stats.read(session)
+    preempted = totals_.get(scheduler_stats.PREEMPTIONS, {}).get(0, (0, 0.0))[0]
+    yield CounterMetricFamily(
+        "epochal_preemptions",
+        "Running jobs stopped and re-queued for a higher one.",
+        value=preempted,
+    )
+    waits = totals_.get(scheduler_stats.WAIT, {})
+    pairs, running = [], 0
+    for index, bound in enumerate(scheduler_stats.WAIT_BUCKETS):
+        running += waits.get(index, (0, 0.0))[0]
+        pairs.append((str(bound), running))
+    total = sum(count for count, _ in waits.values())
+    summed = sum(seconds for _, seconds in waits.values())
+    wait = HistogramMetricFamily(
+        "epochal_queue_wait_seconds", "How long each claimed job waited in the queue."
+    )
+    wait.add_metric([], [*pairs, ("+Inf", total)], summed)
+    yield wait
 
 
 def _epochs(session: Session) -> Iterable[Metric]:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.schemas.job_spec import Framework
 from app.schemas.metric_row import METRIC_FIELDS
+from app.schemas.queue import QueueStanding
 
 
 class TransitionPublic(BaseModel):
@@ -68,6 +69,10 @@ class JobPublic(BaseModel):
     error: str | None
     result: dict[str, Any] | None
     wait_reason: str | None = Field(None, description="why a queued job has not started")
+    queue: QueueStanding | None = Field(
+        None, description="a queued job's position, reason and estimated start"
+    )
+    priority: int = Field(50, description="a free worker runs the highest-priority job first")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

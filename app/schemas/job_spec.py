@@ -32,6 +32,7 @@ from app.schemas.graph import (
 from app.schemas.monitor import Mode
 from app.schemas.optimizers import DEFAULT as DEFAULT_OPTIMIZER
 from app.schemas.optimizers import OPTIMIZERS, OptimizerSpec
+from app.schemas.priority import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from app.schemas.schedules import LRSchedulerSpec
 from app.schemas.strict import StrictModel
 
@@ -244,6 +245,18 @@ class JobSpec(StrictModel):
     )
     max_restarts: int = Field(
         2, ge=0, le=10, description="new attempts after a lost worker or infrastructure error"
+    )
+    priority: int = Field(
+        PRIORITY_DEFAULT,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        description="a free worker runs the highest-priority queued job first (a key may be "
+        "capped)",
+    )
+    preemptible: bool = Field(
+        True,
+        description="may a higher-priority job stop it at an epoch and re-queue it (false: "
+        "admin keys only)",
     )
     tags: dict[
         Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.\-/]+$")],

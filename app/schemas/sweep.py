@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from app.schemas.job_spec import JobSpec
 from app.schemas.metric_row import SCORES, SPLITS, score_field
+from app.schemas.priority import PRIORITY_MAX, PRIORITY_MIN
 
 # The metrics-row fields an objective may name (the per-epoch scores a pruner compares),
 # validation ones first.
@@ -199,6 +200,12 @@ class SweepSpec(_Sweep):
     max_parallel: int = Field(2, ge=1, le=64, description="trials queued or running at once")
     max_failed_trials: int = Field(
         3, ge=0, le=1000, description="failed trials tolerated; one more ends the sweep failed"
+    )
+    priority: int | None = Field(
+        None,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        description="every trial's priority (default: the base's)",
     )
 
 

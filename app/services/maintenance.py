@@ -16,9 +16,10 @@ from sqlalchemy.orm import Session
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.log_setup import job_context
-from app.domain import crud, retention
+from app.domain import crud, retention, usage
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
+from app.scheduler.preempt import preempt_round
 from app.services import sweeps
 from app.services.dispatch import Sent, dispatch
 
@@ -117,6 +118,8 @@ def expire_and_redispatch(session: Session, settings: Settings) -> None:
 def run_once(settings: Settings) -> None:
     with session_scope() as session:
         reap_lost_workers(session)
+    with session_scope() as session:  # make room for a queued job far above a running one
+        preempt_round(session, settings)
     with session_scope() as session:
         expire_and_redispatch(session, settings)
     with session_scope() as session:  # a sweep whose trial ended unseen (e.g. reaped) goes on
@@ -124,7 +127,10 @@ def run_once(settings: Settings) -> None:
 
 
 def apply_retention(settings: Settings) -> int:
-    """EPOCHAL_RETENTION_DAYS: prune (or delete) jobs that ended that long ago; how many."""
+    """EPOCHAL_RETENTION_DAYS: prune (or delete) jobs that ended that long ago; how many.
+    Runs no fair share counts any more (older than its window) go whatever it says."""
+    with session_scope() as session:
+        usage.prune(session, settings.fair_share_window_seconds)
     if settings.retention_days is None:
         return 0
     with session_scope() as session:

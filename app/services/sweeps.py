@@ -166,6 +166,8 @@ def trial_spec(spec: SweepSpec, number: int, params: dict[str, Any]) -> JobSpec:
     """The job spec of trial `number`: the base with its parameters in place."""
     body = apply_params(spec.base.model_dump(mode="json"), params)
     body["name"] = f"{spec.name}-{number}"
+    if spec.priority is not None:
+        body["priority"] = spec.priority
     return JobSpec.model_validate_json(json.dumps(body))
 
 

@@ -197,6 +197,9 @@
         h("dt", {}, "id"), h("dd", {}, job.id), h("dt", {}, "framework"), h("dd", {}, job.framework),
         h("dt", {}, "attempt"), h("dd", {}, job.attempt), h("dt", {}, "stop reason"), h("dd", {}, job.stop_reason || "–"),
         h("dt", {}, "best"), h("dd", { "data-testid": "best" }, bestText(job)),
+        h("dt", {}, "priority"), h("dd", {}, job.priority ?? "–"),
+        ...(job.queue ? [h("dt", {}, "queue"), h("dd", { "data-testid": "queue" },
+          `#${job.queue.position}, ${job.queue.estimated_start ? `starts ~${when(job.queue.estimated_start)}` : "start unknown"}: ${job.queue.reason}`)] : []),
         ...Object.entries(job.result || {}).filter(([k]) => k !== "evaluation").flatMap(([k, v]) => flat(v, k))
           .flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-result": k }, shown(v))]));
       const series = (key, name, color) => ({ name, color, points: sorted.map((r) => [r.epoch, r[key]]).filter((p) => p[1] !== null) });

@@ -16,6 +16,7 @@ from benchmarks.service import (
     overhead,
     polling,
     predict,
+    scheduler,
     sse,
     warm_import,
 )
@@ -172,6 +173,16 @@ def bench_flood(report: Report, quick: bool) -> None:
     report.add("scrapes_refused_pct", refused, "%", note)
 
 
+def bench_scheduler(report: Report, quick: bool) -> None:
+    result = scheduler.measure(repeat=50 if quick else 300)
+    setup = "10,000 queued jobs, 20 keys, PostgreSQL, in-process"
+    for label, how in (("spread", "over 101 priorities"), ("one_priority", "all at one priority")):
+        decide, claim = result[f"decide_{label}"], result[f"claim_{label}"]
+        report.add(f"scheduler_decision_p50_ms_{label}", decide["p50_ms"], "ms", f"{setup}, {how}")
+        report.add(f"scheduler_decision_p99_ms_{label}", decide["p99_ms"], "ms", "goal < 10")
+        report.add(f"scheduler_claim_p50_ms_{label}", claim["p50_ms"], "ms", "pick + UPDATE + row")
+
+
 def bench_warm(report: Report, quick: bool) -> None:
     result = warm_import.measure(3 if quick else 7)
     setup = "digits MLP 32, 5 epochs, back to back, embedded, PyTorch's default threads"
@@ -194,6 +205,7 @@ STEPS = (
     "sweeps",
     "pruning",
     "flood",
+    "scheduler",
 )
 
 
@@ -214,6 +226,7 @@ def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) ->
         "pruning": lambda: bench_pruning(report, quick),
         "predict": lambda: bench_predict(report, quick),
         "flood": lambda: bench_flood(report, quick),
+        "scheduler": lambda: bench_scheduler(report, quick),
     }
     for name in STEPS:
         if only in (None, name):

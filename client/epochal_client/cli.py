@@ -244,10 +244,20 @@ def workers() -> None:
         console.print(render.workers_table(client.workers()))
 
 
+def queue(limit: Annotated[int, typer.Option(help="own jobs listed at most")] = 50) -> None:
+    """The queue: position, estimated start and why each of your jobs waits; others' counts."""
+    with connect() as client:
+        view = client.queue(limit)
+    console.print(render.queue_table(view))
+    console.print(
+        f"{view['queued']} queued in all" + (" (list truncated)" if view["truncated"] else "")
+    )
+
+
 def register_client_commands(cli: typer.Typer) -> None:
     """Add the client commands to a Typer app."""
     verbs = (submit, follow, jobs, show, metrics, logs, cancel, delete, download, predict)
-    for command in (*verbs, tensorboard, workers):
+    for command in (*verbs, tensorboard, workers, queue):
         cli.command()(command)
     cli.add_typer(datasets, name="datasets")
     cli.add_typer(sweep, name="sweep")

@@ -340,6 +340,11 @@ class Client(SweepMethods):
         npy = {"Content-Type": "application/x-npy"}
         return build(Predictions, self._json("POST", url, content=_npy_bytes(inputs), headers=npy))
 
+    def queue(self, limit: int = 50) -> dict[str, Any]:
+        """The queue as the scheduler sees it: own jobs (an admin: all) with position, reason
+        and estimated start under "jobs", other keys' as counts under "others"."""
+        return dict(self._json("GET", "/v1/queue", params={"limit": limit}))
+
     def workers(self) -> builtins.list[WorkerInfo]:
         return [build(WorkerInfo, item) for item in _items(self._json("GET", "/v1/workers"))]
 

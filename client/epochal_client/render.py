@@ -218,6 +218,27 @@ def workers_table(workers: Sequence[WorkerInfo]) -> Table:
     return table
 
 
+def queue_table(view: dict[str, Any]) -> Table:
+    """The queue: jobs by position with why they wait and when they may start, then counts."""
+    table = Table("pos", "job", "name", "priority", "gpus", "estimated start", "reason", box=None)
+    for e in view.get("jobs", []):
+        start = e.get("estimated_start")
+        table.add_row(
+            str(e["position"]),
+            e["id"],
+            e["name"],
+            str(e["priority"]),
+            str(e["gpus"]),
+            fmt(datetime.fromisoformat(start)) if start else "–",
+            e["reason"],
+        )
+    for c in view.get("others", []):
+        table.add_row(
+            "", f"{c['jobs']} queued", f"key {c['owner_id'] or '–'}", str(c["priority"]), "", "", ""
+        )
+    return table
+
+
 def plot_metrics(job: Job, rows: Sequence[MetricRow], path: Path) -> Path:
     """Loss and accuracy (or MAE) curves, train and validation, the best epoch marked."""
     try:

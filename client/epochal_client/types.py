@@ -85,6 +85,9 @@ class Job:
     error: str | None = None
     result: dict[str, Any] | None = None
     wait_reason: str | None = None
+    # a queued job's {"position", "reason", "estimated_start"}; None once it left the queue
+    queue: dict[str, Any] | None = None
+    priority: int = 50
     spec: dict[str, Any] = field(default_factory=dict)
     transitions: list[dict[str, Any]] = field(default_factory=list)
     sweep_id: str | None = None  # the sweep this job is a trial of

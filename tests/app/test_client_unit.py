@@ -374,3 +374,24 @@ def test_show_names_fashion_mnists_classes() -> None:
     text = rendered(render.evaluation_tables({"evaluation": report}))
     assert "Ankle boot" in text and "Trouser" in text
     assert ["Shirt", "T-shirt/top", "7"] in [line.split() for line in text.splitlines()]
+
+
+def test_the_queue_prints_position_eta_and_reason_then_others_counts() -> None:
+    def server(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/queue" and request.url.params["limit"] == "50"
+        entry = {
+            "id": "j1", "name": "urgent", "owner_id": "k1", "priority": 90, "gpus": 1,
+            "created_at": "2026-12-03T06:00:00Z", "position": 1,
+            "reason": "next to run: every worker that fits is busy",
+            "estimated_start": "2026-12-03T06:05:00Z",
+        }  # fmt: skip
+        others = [{"owner_id": "k2", "priority": 50, "jobs": 3}]
+        return httpx.Response(
+            200, json={"jobs": [entry], "others": others, "queued": 4, "truncated": False}
+        )
+
+    with Client("http://epochal.test", "k", transport=httpx.MockTransport(server)) as client:
+        view = client.queue()
+    text = rendered([render.queue_table(view)])
+    assert "urgent" in text and "next to run: every worker that fits is busy" in text
+    assert "3 queued" in text and "key k2" in text

@@ -206,11 +206,12 @@ def run_attempt(
     if reason == StopReason.non_finite_loss:  # the last good checkpoint stays the latest
         return Outcome.stopped(reason, fitted.stop_detail or "non-finite loss")
     checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
-    if reason == StopReason.shutdown and state.epoch >= state.epochs:
+    requeued = (StopReason.shutdown, StopReason.preempted)
+    if reason in requeued and state.epoch >= state.epochs:
         reason = None  # every epoch was done already: finish the job here
-    if reason in (StopReason.shutdown, StopReason.cancelled, StopReason.timeout):
+    if reason in (*requeued, StopReason.cancelled, StopReason.timeout):
         detail = f"stopped after epoch {state.epoch} of {state.epochs}"
-        errors = {StopReason.shutdown: detail, StopReason.timeout: f"{detail} (timeout)"}
+        errors = dict.fromkeys(requeued, detail) | {StopReason.timeout: f"{detail} (timeout)"}
         return Outcome.stopped(reason, errors.get(reason))  # a clean cancel is no error
     try:
         logs = fitted.logs

@@ -74,11 +74,13 @@ def die_with_parent() -> None:
 
 
 def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
-    """On STOP_SIGNAL read why (cancelled | timeout | shutdown); the loop stops at a step."""
+    """On STOP_SIGNAL read why (cancelled | timeout | shutdown | preempted); the loop stops at
+    a step, or for a preemption at the end of the epoch in flight (no work is lost)."""
 
     def on_signal(_signum: int, _frame: object) -> None:
         reason = read_stop_reason(workdir, attempt, default=StopReason.cancelled)
-        state.interrupt = reason
+        if reason != StopReason.preempted:
+            state.interrupt = reason
         state.request_stop(reason)
 
     signal.signal(STOP_SIGNAL, on_signal)

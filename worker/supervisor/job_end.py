@@ -6,7 +6,8 @@ from __future__ import annotations
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain import crud, retention
-from app.domain.states import JobStatus, StopReason
+from app.domain.states import ErrorCode, JobStatus, StopReason
+from app.scheduler import preempt
 from app.services import sweeps
 from app.services.dispatch import dispatch
 from worker.protocol import Outcome
@@ -27,6 +28,12 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
     with session_scope() as session:
         job = crud.get_job(session, job_id)
         if job is None or job.attempt != attempt or shutdown.requeue(session, job, outcome):
+            return None
+        if outcome.error_code == ErrorCode.preempted and preempt.requeue(
+            session, job, outcome.error
+        ):
+            session.commit()
+            dispatch(session, job)  # a wake-up for the slot it will resume on
             return None
         if outcome.retryable and job.status == JobStatus.cancelling:
             outcome = Outcome.stopped(StopReason.cancelled, outcome.error)

@@ -33,6 +33,7 @@ class LeaseKeeper(threading.Thread):
         self.renewed_at = renewed_at  # monotonic time just before the last successful renewal
         self.status: JobStatus | None = JobStatus.running
         self.taken = False  # the job is another attempt's (or ended): stop at once
+        self.preempted = False  # the scheduler asked this attempt to make room (app.scheduler)
         self._stopped = threading.Event()
 
     def run(self) -> None:
@@ -66,7 +67,10 @@ class LeaseKeeper(threading.Thread):
     def _renew(self) -> JobStatus | None:
         with session_scope() as session:
             job = crud.renew_lease(session, self.job_id, self.attempt, self.settings.lease_seconds)
-            return JobStatus(job.status) if job else None
+            if job is None:
+                return None
+            self.preempted = job.preempted_by is not None
+            return JobStatus(job.status)
 
     def expiring(self, now: float) -> bool:
         """True from one heartbeat before the lease could expire: stop training then, since

@@ -17,13 +17,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings, get_settings
-from app.core.db import retrying, session_scope
-from app.domain import crud
+from app.core.db import retrying
+from app.core.log_setup import job_context
 from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line, cap_log
 from app.domain.states import ErrorCode, JobStatus, StopReason
@@ -39,7 +38,7 @@ from worker.protocol import (
     read_outcome,
     request_stop,
 )
-from worker.supervisor import shutdown
+from worker.supervisor import shutdown, wakeup
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record
 from worker.supervisor.lease import LeaseKeeper
@@ -68,20 +67,28 @@ class Attempt:
 
 
 def run_job(job_id: str, worker_name: str) -> None:
-    """Claim the job (a duplicate delivery finds it taken and returns) and run one attempt."""
+    """A message is a wake-up for this worker's slot: claim the job the scheduler puts first
+    (usually the message's own; a duplicate delivery may find nothing left) and run it."""
     settings = get_settings()
     if shutdown.declined(job_id):
         return
     within = settings.lease_seconds  # a claim whose commit was lost finds the job taken
-    claimed = retrying(lambda: _claim(settings, job_id, worker_name), within, "claim")
+    claimed = retrying(lambda: wakeup.claim(settings, worker_name), within, "claim")
     if claimed is None:
-        log.info("job %s is not queued (taken, cancelled or ended): ignoring the message", job_id)
+        log.info(
+            "job %s is not queued (taken, cancelled or ended) and no queued job fits: "
+            "ignoring the message",
+            job_id,
+        )
         return
-    attempt, stored, started_at = claimed
+    woken_for, (job_id, attempt, stored, started_at) = job_id, claimed
+    if woken_for != job_id:  # this message went to another job: its own job needs one again
+        wakeup.resend(woken_for)
     spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
     _set_current_job(worker_name, job_id)
     try:
-        _run_attempt(settings, job_id, attempt, spec, started_at)
+        with job_context(job_id):
+            _run_attempt(settings, job_id, attempt, spec, started_at)
     finally:
         _set_current_job(worker_name, None)
         if not shutdown.requested():  # a no-op unless the waiting child is gone
@@ -113,16 +120,6 @@ def _run_attempt(
     record_end(settings, run)
 
 
-def _claim(settings: Settings, job_id: str, worker_name: str) -> tuple[int, Any, datetime] | None:
-    """(attempt, stored spec, first start) of the attempt this worker just claimed."""
-    with session_scope() as session:
-        job = crud.claim_job(session, job_id, worker_name, settings.lease_seconds)
-        if job is None:
-            return None
-        assert job.started_at is not None  # a claim sets it
-        return job.attempt, job.spec, job.started_at
-
-
 def _set_current_job(worker_name: str, job_id: str | None) -> None:
     try:
         set_current_job(worker_name, job_id)
@@ -143,6 +140,8 @@ def start_child(
     workdir = files.root
     workdir.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.model_dump_json())
+    for stale in (files.outcome(attempt), files.stop_request(attempt)):  # a preempted attempt
+        stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
     threads = threads_for(spec, cpu_budget(settings))
     pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
     append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s, {pools})")
@@ -208,6 +207,8 @@ def _still_ours(run: Attempt, lease: LeaseKeeper, now: float) -> bool:
         return False
     if lease.status == JobStatus.cancelling:
         _request_stop(run, StopReason.cancelled)
+    elif lease.preempted:  # a higher-priority job asked for this worker: stop at the epoch
+        _request_stop(run, StopReason.preempted)
     return True
 
 
@@ -262,9 +263,9 @@ def outcome_of(run: Attempt) -> Outcome:
         return reported
     code = run.process.returncode
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    if run.stop_reason == StopReason.shutdown:  # ended while stopping: its checkpoint stands
-        ended = f"the training process was ended while stopping for a shutdown ({how})"
-        return Outcome.stopped(StopReason.shutdown, ended)
+    if run.stop_reason in (StopReason.shutdown, StopReason.preempted):  # its checkpoint stands
+        ended = f"the training process was ended while stopping ({run.stop_reason}, {how})"
+        return Outcome.stopped(run.stop_reason, ended)
     if run.stop_reason is not None:  # it died after (or instead of) honouring a stop request
         ended = f"the training process did not stop in time and was ended ({how})"
         return Outcome.stopped(run.stop_reason, ended)

@@ -20,8 +20,10 @@ from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
 # Stop reasons in rising priority: when ranks disagree, the highest one wins everywhere. A
-# worker shutting down yields to all: the job ends as any other reason says, not re-queued.
+# preemption or a worker shutting down yields to all: the job ends as any other reason says,
+# not re-queued.
 STOP_REASONS = (
+    StopReason.preempted,
     StopReason.shutdown,
     StopReason.early_stopping,
     StopReason.pruned,

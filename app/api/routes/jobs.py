@@ -17,6 +17,7 @@ from app.api.deps import (
     SessionDep,
     check_job_dataset,
     check_job_fits,
+    check_job_priority,
     release_db,
 )
 from app.api.errors import documented
@@ -35,10 +36,12 @@ from app.domain.admission import disk_estimate
 from app.domain.redact import without_server_paths
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import Job, Sweep
+from app.scheduler.position import standing
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from app.schemas.metric_row import spec_best_field
+from app.schemas.queue import QueueStanding
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
@@ -67,9 +70,19 @@ def public(session: SessionDep, job: Job) -> JobPublic:
             "result": job.result,
             "spec": job.spec,
             "wait_reason": crud.wait_reason(session, job, 3 * settings.heartbeat_seconds),
+            "queue": _standing(session, job),
+            "priority": job.priority,
             "transitions": crud.transitions(session, job.id),
         }
     )
+
+
+def _standing(session: SessionDep, job: Job) -> QueueStanding | None:
+    """A queued job's position, reason and estimated start (None once it left the queue)."""
+    if job.status != JobStatus.queued:
+        return None
+    place = standing(session, job, get_settings())
+    return QueueStanding(**vars(place))
 
 
 def _replay(session: SessionDep, key: CurrentKey, idem: str, digest: str) -> Job | None:
@@ -93,6 +106,7 @@ def _check_quota(session: SessionDep, key: CurrentKey) -> None:
     operation_id="create_job",
     responses={
         200: {"model": JobPublic, "description": "an earlier request with this Idempotency-Key"},
+        403: documented("a priority over the key's cap, or preemptible: false from a non-admin"),
         409: documented("this Idempotency-Key came with another body"),
         429: documented("this key has EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY queued or running jobs"),
         507: documented("over the key's EPOCHAL_MAX_STORAGE_BYTES_PER_KEY"),
@@ -127,6 +141,7 @@ def _store(
     _check_quota(session, key)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     check_job_fits(session, key, spec)  # and the job must fit in a worker's memory and disk
+    check_job_priority(session, key, spec)  # within the key's cap
     disk = disk_estimate(session, spec, key)  # reserved in the key's storage quota until it ran
     if why := datasets.over_quota(session, key.id, disk or 0, "this job's files need"):
         raise HTTPException(507, why)

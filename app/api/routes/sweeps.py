@@ -15,6 +15,7 @@ from app.api.deps import (
     CurrentKey,
     SessionDep,
     check_job_fits,
+    check_job_priority,
     check_sweep_datasets,
     owner_filter,
     release_db,
@@ -140,6 +141,7 @@ def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[Sweep
         raise RequestValidationError(errors)
     check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
     check_job_fits(session, key, spec)
+    check_job_priority(session, key, spec)  # within the key's cap
     sweep, trials = controller.submit(session, spec, key.id)
     return public(session, sweep), trials
 

@@ -1,0 +1,66 @@
+"""The queue as the scheduler sees it (GET /v1/queue)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import func, select
+
+from app.api.deps import CurrentKey, SessionDep
+from app.core.config import get_settings
+from app.domain.states import JobStatus
+from app.domain.tables import Job
+from app.scheduler.position import standing
+from app.schemas.queue import QueueCount, QueueEntry, QueuePublic
+
+router = APIRouter(prefix="/queue", tags=["queue"])
+
+
+@router.get("", response_model=QueuePublic, operation_id="read_queue")
+def read_queue(
+    session: SessionDep, key: CurrentKey, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> QueuePublic:
+    """Own queued jobs in full with position, reason and ETA (an admin: everyone's); others'
+    as counts per priority and key."""
+    settings = get_settings()
+    queued = [Job.status == JobStatus.queued]
+    mine = [] if key.is_admin else [Job.owner_id == key.id]
+    rows = session.scalars(
+        select(Job)
+        .where(*queued, *mine)
+        .order_by(Job.priority.desc(), Job.created_at)
+        .limit(limit + 1)
+    ).all()
+    entries = []
+    for job in rows[:limit]:
+        place = standing(session, job, settings)
+        entries.append(
+            QueueEntry(
+                id=job.id,
+                name=job.name,
+                owner_id=job.owner_id,
+                priority=job.priority,
+                gpus=job.gpus,
+                created_at=job.created_at,
+                position=place.position,
+                reason=place.reason,
+                estimated_start=place.estimated_start,
+            )
+        )
+    counts = session.execute(
+        select(Job.owner_id, Job.priority, func.count())
+        .where(*queued, *([] if key.is_admin else [Job.owner_id.is_distinct_from(key.id)]))
+        .group_by(Job.owner_id, Job.priority)
+        .order_by(Job.priority.desc(), Job.owner_id)
+    ).all()
+    others = (
+        [] if key.is_admin else [QueueCount(owner_id=o, priority=p, jobs=n) for o, p, n in counts]
+    )
+    total = session.scalar(select(func.count()).select_from(Job).where(*queued))
+    return QueuePublic(
+        jobs=sorted(entries, key=lambda e: (e.position, e.created_at)),
+        others=others,
+        queued=int(total or 0),
+        truncated=len(rows) > limit,
+    )

@@ -1,0 +1,114 @@
+"""The claim: a free worker takes the highest-priority queued job that fits it, in SQL.
+
+Whatever job a Celery message names, the worker that receives it runs the job this picks (a
+message is a wake-up for a slot): priority, then the keys' fair share, then age. Each message
+claims at most one job and every queued job has had one sent, so a job is never lost; the pick
+and the claim are one transaction, the pick's row locked FOR UPDATE SKIP LOCKED on PostgreSQL
+(two workers pick two jobs) and under SQLite's single-writer lock (BEGIN IMMEDIATE), and the
+claim is the conditional UPDATE of crud.claim_job, so a job is never run twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, literal, null, select
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.domain import crud
+from app.domain.states import JobStatus
+from app.domain.tables import ApiKey, Job, utcnow
+from app.domain.usage import usage
+from app.scheduler import stats
+from app.scheduler.policy import Share, fair_order
+
+
+def claim_next(session: Session, worker: str, gpus: int, settings: Settings) -> Job | None:
+    """Queued -> running for this worker: the job the policy puts first among those that fit."""
+    for _ in range(3):  # a pick another worker claimed first (SQLite has no row locks)
+        job_id = next_job(session, gpus, settings, utcnow())
+        if job_id is None:
+            return None
+        job = crud.claim_job(session, job_id, worker, settings.lease_seconds)
+        if job is not None:
+            stats.count_wait(session, job.id)
+            return job
+    return None
+
+
+def fits(gpus: int) -> list[ColumnElement[bool]]:
+    """Queued jobs a worker with `gpus` GPUs may run."""
+    return [Job.status == JobStatus.queued, Job.gpus <= gpus]
+
+
+def next_job(session: Session, gpus: int, settings: Settings, now: datetime) -> str | None:
+    """The id of the job a free worker with `gpus` GPUs runs next (locked until commit)."""
+    where = fits(gpus)
+    priority = session.scalar(select(func.max(Job.priority)).where(*where))
+    while priority is not None:
+        found = _at_priority(session, where, priority, settings, now)
+        if found is not None:
+            return found
+        lower = select(func.max(Job.priority)).where(*where, Job.priority < priority)
+        priority = session.scalar(lower)
+    return None
+
+
+def _at_priority(
+    session: Session,
+    where: list[ColumnElement[bool]],
+    priority: int,
+    settings: Settings,
+    now: datetime,
+) -> str | None:
+    """The oldest job of the key whose turn it is at this priority (None: all taken)."""
+    found = heads(session, [*where, Job.priority == priority])
+    for share in fair_order(shares(session, found, settings, now), settings.fair_share_tolerance):
+        mine = Job.owner_id.is_(None) if share.owner is None else Job.owner_id == share.owner
+        oldest = (
+            select(Job.id)
+            .where(*where, Job.priority == priority, mine)
+            .order_by(Job.created_at, Job.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        )
+        job_id = session.scalar(oldest)
+        if job_id is not None:
+            return str(job_id)
+    return None
+
+
+def heads(session: Session, level: list[ColumnElement[bool]]) -> list[tuple[Any, ...]]:
+    """(key, its oldest job, its weight) of each key with jobs in `level`, in one statement: a
+    skip scan of the queue index (one probe per key, not a pass over every queued job), then
+    the jobs stored without a key (weight 1)."""
+    walk = select(func.min(Job.owner_id).label("owner")).where(*level).cte("keys", recursive=True)
+    after = select(func.min(Job.owner_id)).where(*level, Job.owner_id > walk.c.owner)
+    walk = walk.union_all(select(after.scalar_subquery()).where(walk.c.owner.is_not(None)))
+    oldest = select(func.min(Job.created_at)).where(*level, Job.owner_id == walk.c.owner)
+    keyed = (
+        select(walk.c.owner, oldest.scalar_subquery(), func.coalesce(ApiKey.share_weight, 1.0))
+        .outerjoin(ApiKey, ApiKey.id == walk.c.owner)
+        .where(walk.c.owner.is_not(None))
+    )
+    first = func.min(Job.created_at)
+    keyless = (
+        select(null().cast(Job.owner_id.type), first, literal(1.0))
+        .where(*level, Job.owner_id.is_(None))
+        .having(first.is_not(None))
+    )
+    return [tuple(row) for row in session.execute(keyed.union_all(keyless))]
+
+
+def shares(
+    session: Session, heads: Sequence[Any], settings: Settings, now: datetime
+) -> list[Share]:
+    """Each competing key's usage in the window, weight, last start and oldest queued job."""
+    used = usage(session, [owner for owner, _, _ in heads], settings.fair_share_window_seconds, now)
+    return [
+        Share(owner, used[owner].seconds, float(weight), used[owner].last_start, oldest)
+        for owner, oldest, weight in heads
+    ]

@@ -1,0 +1,165 @@
+"""Where a queued job stands: its position (1 = next), why it waits, and when it may start.
+
+Its competitors are the queued jobs the workers that fit it could run instead. Jobs of higher
+priority go first; at its priority keys take turns in fair-share order (policy.fair_order),
+each key's jobs oldest first. The estimated start plays the queue forward on those workers:
+each running job frees its worker after its remaining epochs at its own recent epoch time,
+and each job ahead holds a worker as long as this one is expected to (its epochs at its
+framework's mean epoch time); null when nothing measured says how long an epoch takes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.domain import crud
+from app.domain.epoch_stats import totals
+from app.domain.states import ACTIVE
+from app.domain.tables import EpochMetric, Job, Worker, utcnow
+from app.scheduler.claim import fits, heads, shares
+from app.scheduler.policy import fair_order
+
+EPOCH_SECONDS = "epoch_seconds"  # the metrics row's field (app.schemas.metric_row)
+RECENT_EPOCHS = 5  # a running job's epoch time: the mean of its last few (a box's load moves)
+ETA_HORIZON = 1000  # jobs ahead played forward at most; further back the estimate is null
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A queued job's place in the queue (GET /v1/jobs/{id}'s `queue`)."""
+
+    position: int
+    reason: str
+    estimated_start: datetime | None
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """How many competitors go before the job: of higher priority, of its key, of others."""
+
+    higher: int
+    own: int
+    others: int
+    others_by_share: bool  # other keys go first because this key used more than its share
+
+    @property
+    def total(self) -> int:
+        return self.higher + self.own + self.others
+
+
+def standing(session: Session, job: Job, settings: Settings) -> Standing:
+    """Position, reason and estimated start of a queued job."""
+    now = utcnow()
+    workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
+    fitting = [w for w in workers if w.gpus >= job.gpus]
+    reach = min((w.gpus for w in fitting), default=job.gpus)  # the smallest worker that fits
+    ahead = jobs_ahead(session, job, reach, settings, now)
+    return Standing(
+        ahead.total + 1,
+        reason(job, ahead, workers, fitting),
+        eta(session, job, ahead, fitting, now),
+    )
+
+
+def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: datetime) -> Ahead:
+    """Competitors that run before the job, in the order the claim would take them."""
+    where = fits(reach)
+    higher = session.scalar(
+        select(func.count()).select_from(Job).where(*where, Job.priority > job.priority)
+    )
+    level = [*where, Job.priority == job.priority]
+    found = heads(session, level)
+    counts = dict(
+        session.execute(
+            select(Job.owner_id, func.count()).where(*level).group_by(Job.owner_id)
+        ).all()
+    )
+    mine = Job.owner_id.is_(None) if job.owner_id is None else Job.owner_id == job.owner_id
+    earlier = or_(
+        Job.created_at < job.created_at, and_(Job.created_at == job.created_at, Job.id < job.id)
+    )
+    own = int(
+        session.scalar(select(func.count()).select_from(Job).where(*level, mine, earlier)) or 0
+    )
+    tolerance = settings.fair_share_tolerance
+    turn = fair_order(shares(session, found, settings, now), tolerance)
+    owners = [share.owner for share in turn]
+    rank = owners.index(job.owner_id) if job.owner_id in owners else len(owners)
+    others = sum(
+        min(int(counts.get(owner, 0)), own + (1 if i < rank else 0))
+        for i, owner in enumerate(owners)
+        if owner != job.owner_id
+    )
+    # Over its share: a key that used less goes first, by more than the level band.
+    by_share = 0 < rank < len(turn) and turn[0].load * (1 + tolerance) < turn[rank].load
+    return Ahead(int(higher or 0), own, others, by_share)
+
+
+def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[Worker]) -> str:
+    """Why the job waits, in words."""
+    if not workers:
+        return "waiting for a worker: none is live"
+    if not fitting:
+        largest = max(w.gpus for w in workers)
+        return f"needs {job.gpus} GPUs on one worker; the largest live worker has {largest}"
+    if ahead.higher:
+        return f"behind {ahead.higher} jobs of higher priority"
+    if ahead.others_by_share:
+        return f"key over its share: {ahead.others} jobs of keys that used less go first"
+    if ahead.total:
+        return f"behind {ahead.total} jobs of equal priority (keys take turns, oldest first)"
+    if all(w.current_job_id for w in fitting):
+        return "next to run: every worker that fits is busy"
+    return "next to run: a free worker is picking it up"
+
+
+def eta(
+    session: Session, job: Job, ahead: Ahead, fitting: Sequence[Worker], now: datetime
+) -> datetime | None:
+    """When a worker may take the job, playing the queue forward (None: unknown)."""
+    if not fitting or ahead.total > ETA_HORIZON:
+        return None
+    per_job = expected_seconds(session, job)
+    frees = [remaining(session, w.current_job_id) if w.current_job_id else 0.0 for w in fitting]
+    if any(f is None for f in frees) or (ahead.total and per_job is None):
+        return None
+    heap = [float(f) for f in frees if f is not None]
+    heapq.heapify(heap)
+    for _ in range(ahead.total):
+        heapq.heappush(heap, heapq.heappop(heap) + (per_job or 0.0))
+    return now + timedelta(seconds=heap[0])
+
+
+def remaining(session: Session, job_id: str) -> float | None:
+    """Seconds a running job still needs: its epochs left at its recent mean epoch time."""
+    job = session.get(Job, job_id)
+    if job is None or job.status not in ACTIVE:
+        return 0.0
+    seconds = getattr(EpochMetric, EPOCH_SECONDS)  # a column added from METRIC_FIELDS
+    recent = (
+        select(seconds.label("s"))
+        .where(EpochMetric.job_id == job_id)
+        .order_by(EpochMetric.epoch.desc())
+        .limit(RECENT_EPOCHS)
+        .subquery()
+    )
+    mean = session.scalar(select(func.avg(recent.c.s)))
+    epochs = int(job.spec["training"]["epochs"])
+    return None if mean is None else max(epochs - job.current_epoch, 0) * float(mean)
+
+
+def expected_seconds(session: Session, job: Job) -> float | None:
+    """How long a queued job is expected to run: its epochs at its framework's mean epoch."""
+    buckets = totals(session).get(job.framework, {})
+    epochs = sum(count for count, _ in buckets.values())
+    if not epochs:
+        return None
+    mean = sum(seconds for _, seconds in buckets.values()) / epochs
+    return int(job.spec["training"]["epochs"]) * mean

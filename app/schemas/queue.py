@@ -1,0 +1,46 @@
+"""The queue as the API shows it: a queued job's standing, and GET /v1/queue."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class QueueStanding(BaseModel):
+    """Where a queued job stands among the jobs competing for the same workers."""
+
+    position: int = Field(description="1 = the next to run on a worker that fits it")
+    reason: str = Field(description="why it waits, in words")
+    estimated_start: datetime | None = Field(
+        description="from the running jobs' measured epoch times; null when nothing says"
+    )
+
+
+class QueueEntry(QueueStanding):
+    """A queued job the caller may see in full."""
+
+    id: str
+    name: str
+    owner_id: str | None
+    priority: int
+    gpus: int
+    created_at: datetime
+
+
+class QueueCount(BaseModel):
+    """Another key's queued jobs at one priority (their ids and names are not shown)."""
+
+    owner_id: str | None
+    priority: int
+    jobs: int
+
+
+class QueuePublic(BaseModel):
+    """The queue as the scheduler sees it: the caller's jobs (an admin's: all) by position,
+    the rest as counts per priority and key."""
+
+    jobs: list[QueueEntry]
+    others: list[QueueCount]
+    queued: int = Field(description="queued jobs in all")
+    truncated: bool = Field(description="more of the caller's jobs are queued than listed")
