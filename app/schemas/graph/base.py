@@ -84,6 +84,9 @@ class Op(StrictModel):
     )
 
     arity: ClassVar[tuple[int, int]] = (1, 1)  # (fewest, most) inputs
+    # Whether TensorFlow may compile a CPU training step holding this op with XLA: false where
+    # XLA's CPU kernels are far slower than TensorFlow's own (BENCHMARKS.md, graph models).
+    xla_on_cpu: ClassVar[bool] = True
 
     # -- checked at submit, pure ----------------------------------------------------------
     def infer(self, xs: list[TensorType]) -> TensorType:

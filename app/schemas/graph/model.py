@@ -150,6 +150,11 @@ class BuiltGraph:
         return sum(v.size for v in self.variables() if v.trainable)
 
     @property
+    def xla_on_cpu(self) -> bool:
+        """Whether every op lets TensorFlow compile the CPU step with XLA (Op.xla_on_cpu)."""
+        return all(node.op.xla_on_cpu for node in self.nodes)
+
+    @property
     def flops_per_sample(self) -> int:
         return sum(node.flops for node in self.nodes)
 

@@ -66,8 +66,9 @@ class TFBackend:
             if x is not None and y is not None
         }
         # XLA fuses the whole chunk on one device; under MirroredStrategy the step is traced
-        # per replica by strategy.run instead.
-        self._chunk = tf.function(self._chunk_single, jit_compile=self.replicas == 1)
+        # per replica by strategy.run instead. On CPU only where every op's XLA kernels pay.
+        xla = self.replicas == 1 and (bool(placement.gpus) or self.graph.xla_on_cpu)
+        self._chunk = tf.function(self._chunk_single, jit_compile=xla)
         self._mirrored_chunk = tf.function(self._chunk_mirrored)
         self._eval = tf.function(self._eval_batch)
 
