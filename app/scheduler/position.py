@@ -25,8 +25,8 @@ from app.domain.states import ACTIVE
 from app.domain.tables import EpochMetric, Job, Worker, utcnow
 from app.scheduler.claim import fits, heads, shares
 from app.scheduler.policy import fair_order
+from app.schemas.metric_row import EPOCH_SECONDS
 
-EPOCH_SECONDS = "epoch_seconds"  # the metrics row's field (app.schemas.metric_row)
 RECENT_EPOCHS = 5  # a running job's epoch time: the mean of its last few (a box's load moves)
 ETA_HORIZON = 1000  # jobs ahead played forward at most; further back the estimate is null
 

@@ -15,7 +15,8 @@ from typing import Any
 
 SPLITS = ("train", "val")  # the passes of an epoch that are scored
 SCORES = ("loss", "accuracy", "mae")  # what a back-end reports for a pass (loss incl. L2)
-EPOCH_MEASURES = ("learning_rate", "epoch_seconds", "samples_per_second")
+EPOCH_SECONDS = "epoch_seconds"  # how long the epoch took (the scheduler's ETA reads it)
+EPOCH_MEASURES = ("learning_rate", EPOCH_SECONDS, "samples_per_second")
 
 
 def score_field(split: str, score: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +19,7 @@ from app.core.db import session_scope
 from app.domain.tables import ApiKey, utcnow
 from tests import hostile
 from tests.conftest import make_key
+from tests.helpers import scaled, wait_until
 
 LIMIT = 2
 
@@ -50,7 +50,7 @@ class Stream:
         self.thread.start()
 
     def wait(self, seconds: float) -> httpx.Response:
-        self.thread.join(seconds)
+        self.thread.join(scaled(seconds))
         assert self.response is not None, f"the stream was still open after {seconds} s"
         return self.response
 
@@ -61,13 +61,6 @@ def auth(key: str) -> dict[str, str]:
 
 def key_id(key: str) -> str:
     return key.split("_")[1]
-
-
-def wait_for(condition: Any, what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.02)
 
 
 def revoke_elsewhere(key: str) -> float:
@@ -89,14 +82,14 @@ def test_streams_are_bounded_per_key_and_end_soon_after_a_revocation(client: Tes
     alice, bob = make_key("alice"), make_key("bob")
     alices_job, bobs_job = own_job(client, alice), own_job(client, bob)
     streams = [Stream(client, alice, alices_job) for _ in range(LIMIT)]
-    wait_for(lambda: STREAMS.open[key_id(alice)] == LIMIT, "alice's streams open")
+    wait_until(lambda: STREAMS.open[key_id(alice)] == LIMIT, 30, "alice's streams open", 0.02)
 
     over = client.get(f"/v1/jobs/{alices_job}/events", headers={"Authorization": f"Bearer {alice}"})
     assert over.status_code == 429, over.text
     assert "EPOCHAL_MAX_STREAMS_PER_KEY" in over.json()["detail"]
     assert over.headers["retry-after"]
     bobs = Stream(client, bob, bobs_job)  # the bound is per key
-    wait_for(lambda: STREAMS.open[key_id(bob)] == 1, "bob's stream open")
+    wait_until(lambda: STREAMS.open[key_id(bob)] == 1, 30, "bob's stream open", 0.02)
 
     revoked_at = revoke_elsewhere(alice)
     for stream in streams:

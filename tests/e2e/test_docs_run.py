@@ -76,7 +76,7 @@ def user(service: Service, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     user_files(workdir)
     with service.client() as client:
         job = submit_job(client, dataset={"name": "digits"}, training={"epochs": 2})
-        wait_for_status(client, job["id"], {"succeeded"}, timeout=scaled(240))
+        wait_for_status(client, job["id"], {"succeeded"}, timeout=240)
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
     return {
         **env,

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from app.domain.states import TERMINAL
 from tests.helpers import Service, running_service, submit_job, wait_for_status, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +33,6 @@ BLOCKER: dict[str, Any] = {
     "dataset": {"name": "synthetic", "samples": 4000, "features": 32},
     "training": {"epochs": 500, "batch_size": 16},
 }
-ENDED = {"succeeded", "failed", "cancelled"}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def first_start(job: dict[str, Any]) -> str:
 
 def start_order(client: httpx.Client, ids: list[str]) -> list[str]:
     """The jobs by their first start, once each has ended (succeeded)."""
-    done = {i: wait_for_status(client, i, ENDED, 300) for i in ids}
+    done = {i: wait_for_status(client, i, set(TERMINAL), 300) for i in ids}
     assert {job["status"] for job in done.values()} == {"succeeded"}, done
     return sorted(ids, key=lambda i: first_start(done[i]))
 
@@ -134,7 +134,7 @@ def test_a_high_priority_job_preempts_a_low_one_that_resumes_from_its_epoch(
     started = lambda: client.get(f"/v1/jobs/{low}").json()["current_epoch"] >= 1  # noqa: E731
     wait_until(started, 120, "the low-priority job's first epoch")
     high = submit_job(client, priority=90, **TINY)["id"]
-    high_done, low_done = (wait_for_status(client, i, ENDED, 300) for i in (high, low))
+    high_done, low_done = (wait_for_status(client, i, set(TERMINAL), 300) for i in (high, low))
     assert (high_done["status"], low_done["status"]) == ("succeeded", "succeeded")
     moves = low_done["transitions"]
     preempted = [t for t in moves if t["reason"].startswith("preempted")]
@@ -149,6 +149,6 @@ def test_a_high_priority_job_preempts_a_low_one_that_resumes_from_its_epoch(
     assert [(r["epoch"], r["attempt"]) for r in rows] == [(e, 1) for e in range(1, 25)]
     # The same seed, never preempted, trains the same weights: the same numbers every epoch.
     again = submit_job(client, priority=10, **PREEMPTIBLE)["id"]
-    assert wait_for_status(client, again, ENDED, 300)["status"] == "succeeded"
+    assert wait_for_status(client, again, set(TERMINAL), 300)["status"] == "succeeded"
     for mine, theirs in zip(rows, rows_of(service, again), strict=True):
         assert [mine[k] for k in COMPARED] == pytest.approx([theirs[k] for k in COMPARED], rel=1e-5)
