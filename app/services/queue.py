@@ -12,6 +12,7 @@ from typing import Any
 from celery import Celery
 
 from app.core.config import Settings, get_settings
+from app.services.broker_files import TRANSPORT
 
 TRAIN_TASK = "epochal.train"
 
@@ -42,6 +43,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         folder = settings.broker_folder
         for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
+        config["broker_transport"] = TRANSPORT  # messages appear whole (broker_files)
         config["broker_transport_options"] = {
             "data_folder_in": str(folder / "queue"),
             "data_folder_out": str(folder / "queue"),
