@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from celery import Celery
 
 from app.domain.job_files import JobFiles
+from app.domain.states import TERMINAL
 from app.services.queue import TRAIN_TASK
 from tests.e2e.procs import alive, parent_of, training_children
 from tests.helpers import Service, running_service, scaled, wait_for_status, wait_until
@@ -267,8 +268,10 @@ def test_cancel_racing_completion_both_orders(service: Service, client: httpx.Cl
     service.stop("worker")
     service.start_worker("race", {"EPOCHAL_LEASE_SECONDS": "60"})
     try:
-        job_id = submit(client, dataset={"name": "digits"}, training={"epochs": 2})
-        (child,) = wait_until(lambda: training_children(job_id), 60, "the training child")
+        # Long enough (a second or more of training) that the child cannot come and go
+        # between two looks at /proc on a busy machine, short enough to finish while frozen.
+        job_id = submit(client, **{**LONG_JOB, "training": {"epochs": 6, "batch_size": 16}})
+        (child,) = wait_until(lambda: child_or_end(client, job_id), 60, "the training child", 0.05)
         supervisor = parent_of(child)
         # Freeze the supervisor so the child finishes unseen: the cancel then arrives after
         # the last epoch and before the end is recorded, deterministically.
@@ -299,3 +302,11 @@ def test_cancel_racing_completion_both_orders(service: Service, client: httpx.Cl
     finally:
         service.stop("race")
         service.start_worker("worker")
+
+
+def child_or_end(client: httpx.Client, job_id: str) -> list[int]:
+    """The job's training child; fails at once (not at the timeout) if the job ended unseen."""
+    children = training_children(job_id)
+    if not children and client.get(f"/v1/jobs/{job_id}").json()["status"] in TERMINAL:
+        raise AssertionError(f"job {job_id} ended before its training child was seen")
+    return children
