@@ -69,6 +69,12 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
     return table
 
 
+def steps_text(job: Job, before: str = "") -> str:
+    """`epoch 4: step 37/118` while an epoch is in progress (after `before`), else ''."""
+    steps = job.steps_in_progress
+    return f"{before}epoch {job.current_epoch + 1}: step {steps[0]}/{steps[1]}" if steps else ""
+
+
 def job_details(job: Job) -> Table:
     table = Table(show_header=False, box=None)
     rows: list[tuple[str, Any]] = [
@@ -78,7 +84,7 @@ def job_details(job: Job) -> Table:
         ("status", status_text(job.status)),
         ("stop reason", job.stop_reason),
         ("attempt", job.attempt),
-        ("progress", f"{job.current_epoch}/{job.epochs} epochs"),
+        ("progress", f"{job.current_epoch}/{job.epochs} epochs{steps_text(job, ', ')}"),
         ("best", best_text(job)),
         ("waiting because", job.wait_reason),
         ("error", f"[red]{job.error_code}: {job.error}[/]" if job.error else None),
