@@ -69,10 +69,17 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
     return table
 
 
-def steps_text(job: Job, before: str = "") -> str:
-    """`epoch 4: step 37/118` while an epoch is in progress (after `before`), else ''."""
+def steps_text(job: Job) -> str:
+    """`step 37/118` while an epoch is in progress (the one after current_epoch), else ''."""
     steps = job.steps_in_progress
-    return f"{before}epoch {job.current_epoch + 1}: step {steps[0]}/{steps[1]}" if steps else ""
+    return f"step {steps[0]}/{steps[1]}" if steps else ""
+
+
+def progress_text(job: Job) -> str:
+    """`3/20 epochs (epoch 4: step 37/118)`."""
+    steps = steps_text(job)
+    within = f" (epoch {job.current_epoch + 1}: {steps})" if steps else ""
+    return f"{job.current_epoch}/{job.epochs} epochs{within}"
 
 
 def job_details(job: Job) -> Table:
@@ -84,7 +91,7 @@ def job_details(job: Job) -> Table:
         ("status", status_text(job.status)),
         ("stop reason", job.stop_reason),
         ("attempt", job.attempt),
-        ("progress", f"{job.current_epoch}/{job.epochs} epochs{steps_text(job, ', ')}"),
+        ("progress", progress_text(job)),
         ("best", best_text(job)),
         ("waiting because", job.wait_reason),
         ("error", f"[red]{job.error_code}: {job.error}[/]" if job.error else None),

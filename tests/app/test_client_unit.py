@@ -301,7 +301,7 @@ def test_follow_moves_the_bar_and_its_eta_within_the_first_epoch() -> None:
     assert (task.completed, task.fields["steps"], task.time_remaining) == (0, "", None)
     view.apply_job(job_at(0, {"epoch": 1, "step": 25, "steps": 100}))
     view.apply_job(job_at(0, {"epoch": 1, "step": 50, "steps": 100}))
-    assert task.completed == 0.5 and task.fields["steps"] == "epoch 1: step 50/100"
+    assert task.completed == 0.5 and task.fields["steps"] == "step 50/100"
     assert task.time_remaining is not None  # the ETA the bar showed as -:--:-- all epoch
     view.apply_job(job_at(0, {"epoch": 1, "step": 40, "steps": 100}))  # a late, older read
     assert task.completed == 0.5
@@ -312,7 +312,9 @@ def test_follow_moves_the_bar_and_its_eta_within_the_first_epoch() -> None:
     view.apply_job(job_at(1, {"epoch": 2, "step": 30, "steps": 120}))
     assert task.completed == 1.25
     text = rendered([view.render()])
-    assert "1/4 epochs epoch 2: step 30/120" in " ".join(text.split())
+    assert "1/4 epochs step 30/120" in " ".join(text.split())
+    shown = rendered([render.job_details(job_at(1, {"epoch": 2, "step": 30, "steps": 120}))])
+    assert "1/4 epochs (epoch 2: step 30/120)" in shown
 
 
 def test_follow_reads_the_jobs_steps_while_it_waits_for_events() -> None:
