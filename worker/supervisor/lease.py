@@ -6,9 +6,9 @@ supervisor must still stop its child before the lease could expire, because the 
 hands the job to another attempt. So the renewals, and their retries with backoff, run here,
 and the supervisor's loop only reads when the last one succeeded (RELIABILITY.md §1, §11).
 
-A renewal also carries the child's step progress (worker.protocol.PROGRESS_SECONDS): when the
-progress file moved, the next renewal comes early, so the job row sees a step at most about
-every PROGRESS_SECONDS and no write is added for it.
+A renewal also carries the child's step progress (worker.protocol): when the progress file
+moved, the next renewal comes early, so the job row sees the steps move at most about every
+PROGRESS_SECONDS, through the one fenced statement that renews the lease.
 """
 
 from __future__ import annotations
