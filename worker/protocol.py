@@ -1,7 +1,8 @@
 """The supervisor<->child contract, in one place for both sides: how the child is started (argv,
 environment, a warm child's assignment, the threads it trains on), how it is asked to stop (a
-signal plus a file naming why), how it reports (an outcome file per attempt, exit codes), how
-an attempt that stopped early ended (STOPPED), and which failure codes a new attempt could fix.
+signal plus a file naming why), how it reports (an outcome file per attempt, exit codes; while
+it trains, a progress file of the epoch's steps), how an attempt that stopped early ended
+(STOPPED), and which failure codes a new attempt could fix.
 
 Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them all):
 - retried within max_restarts: worker_lost (lease expired / supervisor gone), infrastructure
@@ -32,6 +33,7 @@ from typing import Any
 
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
+from app.schemas.api import StepProgress
 
 CHILD_MODULE = "worker.child.launch"  # `python -m CHILD_MODULE ...` is the training child
 STOP_SIGNAL = signal.SIGUSR1  # "stop at the next step boundary"; the stop file says why
@@ -39,6 +41,9 @@ SUPERVISOR_ENV = "EPOCHAL_SUPERVISOR_PID"  # the runner tells its child who its 
 SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold child
 DDP_INIT_ENV = "EPOCHAL_DDP_INIT"  # the DDP ranks' rendezvous (a file:// URL in the job dir)
 EXIT_ORPHANED = 75  # the child found its supervisor gone before it could start
+# How often the child rewrites its progress file, and the supervisor passes a change on to the
+# job row (with a lease renewal): a bar moves within an epoch, the database never sees a step.
+PROGRESS_SECONDS = 1.0
 RETRYABLE = frozenset(
     {
         ErrorCode.worker_lost,
@@ -203,6 +208,22 @@ class Assignment:
             float(message["sent_at"]),
             None if threads is None else Threads.decode(threads),
         )
+
+
+def write_progress(workdir: Path, attempt: int, progress: StepProgress) -> None:
+    """Replace the attempt's progress file whole (written aside, then renamed)."""
+    path = JobFiles(workdir).progress(attempt)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(progress.model_dump_json())
+    os.replace(tmp, path)
+
+
+def read_progress(workdir: Path, attempt: int) -> StepProgress | None:
+    """The attempt's last reported progress; None before its first report."""
+    try:
+        return StepProgress.model_validate_json(JobFiles(workdir).progress(attempt).read_text())
+    except (FileNotFoundError, ValueError):  # none yet (or not one we can read): no news
+        return None
 
 
 def stop_request_path(workdir: Path, attempt: int) -> Path:

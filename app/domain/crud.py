@@ -113,6 +113,7 @@ def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) 
             preempted_by=None,
             worker_name=worker,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
+            step_progress=None,  # an earlier attempt's steps are not this one's
             started_at=func.coalesce(Job.started_at, now),
             updated_at=now,
         ),
@@ -127,13 +128,23 @@ def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) 
     return job
 
 
-def renew_lease(session: Session, job_id: str, attempt: int, lease_seconds: float) -> Job | None:
-    """Extend the lease of our attempt; None means the job is no longer ours (fencing)."""
+def renew_lease(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    lease_seconds: float,
+    step_progress: Mapping[str, int] | None = None,
+) -> Job | None:
+    """Extend the lease of our attempt, with its child's latest step progress if given; None
+    means the job is no longer ours (fencing)."""
+    values: dict[str, Any] = {"lease_expires_at": utcnow() + timedelta(seconds=lease_seconds)}
+    if step_progress is not None:
+        values["step_progress"] = dict(step_progress)
     renewed = rows_changed(
         session,
         update(Job)
         .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
-        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)),
+        .values(**values),
     )
     return session.get(Job, job_id, populate_existing=True) if renewed else None
 
@@ -186,6 +197,7 @@ def finish_job(
         "finished_at": now,
         "updated_at": now,
         "lease_expires_at": None,
+        "step_progress": None,
     }
     if result is not None:
         values["result"] = dict(result)
@@ -220,6 +232,7 @@ def requeue(session: Session, job: Job, reason: str) -> bool:
             worker_name=None,
             dispatched_at=None,
             preempted_by=None,  # a failed attempt: the next one is a new attempt
+            step_progress=None,
         ),
     )
     if moved:

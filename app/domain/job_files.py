@@ -11,6 +11,7 @@ all of them come from the job id or a server-made dataset id, never from a reque
         checkpoints/epoch-NNNN  checkpoints; checkpoints/latest names the newest whole one
         outcome-N.json          attempt N's report to the supervisor
         stop-N                  why the supervisor asked attempt N to stop
+        progress-N.json         attempt N's steps done in the epoch in progress
         ddp-store-N             attempt N's DDP rendezvous file
     <data_dir>/uploads/<dataset_id>.npz
 """
@@ -86,6 +87,9 @@ class JobFiles:
 
     def stop_request(self, attempt: int) -> Path:
         return self.root / f"stop-{attempt}"
+
+    def progress(self, attempt: int) -> Path:
+        return self.root / f"progress-{attempt}.json"
 
     def ddp_store(self, attempt: int) -> Path:
         return self.root / f"ddp-store-{attempt}"

@@ -113,6 +113,9 @@ class Job(Base):
     # Set while a preemption of this job is asked and until it resumes: the job that asked.
     # The claim that resumes a preempted job keeps its attempt (and clears this).
     preempted_by: Mapped[str | None] = mapped_column(String(36))
+    # The epoch in progress by steps (app.schemas.api.StepProgress), as the supervisor last
+    # passed it on from its training child; null unless an attempt trains (migration 0011).
+    step_progress: Mapped[dict[str, Any] | None]
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),

@@ -108,7 +108,11 @@ def requeue(session: Session, job: Job, detail: str | None) -> bool:
             Job.preempted_by.is_not(None),
         )
         .values(
-            status=JobStatus.queued, lease_expires_at=None, worker_name=None, dispatched_at=None
+            status=JobStatus.queued,
+            lease_expires_at=None,
+            worker_name=None,
+            dispatched_at=None,
+            step_progress=None,
         ),
     )
     if moved:

@@ -42,6 +42,16 @@ class ModelSummary(BaseModel):
     layers: list[LayerSummary]
 
 
+class StepProgress(BaseModel):
+    """How far the epoch in progress is: what the training process last reported (every
+    second or so), so a client's bar and ETA move within an epoch, the first one too."""
+
+    epoch: int = Field(ge=1, description="the epoch in progress, from 1 (current_epoch + 1)")
+    step: int = Field(ge=0, description="its optimizer steps done so far")
+    steps: int = Field(ge=1, description="its optimizer steps in all")
+
+
+STEP_PROGRESS = "the epoch in progress, by steps; null unless an attempt is training"
 BEST_NAME = (
     "the metrics-row field best_epoch and best_metric are chosen by: early_stopping.monitor, "
     "else val_loss (train_loss without a validation split)"
@@ -80,6 +90,7 @@ class JobPublic(BaseModel):
     tags: dict[str, str]
     sweep_id: str | None = Field(None, description="the sweep this job is a trial of")
     model_summary: ModelSummary | None = Field(None, description=MODEL_SUMMARY)
+    step_progress: StepProgress | None = Field(None, description=STEP_PROGRESS)
     transitions: list[TransitionPublic]
 
 

@@ -25,6 +25,12 @@
     if (Number.isInteger(v) || Math.abs(v) >= 1000) return Math.round(v).toLocaleString(); // best_epoch 2, replicas 1
     return Number(v).toFixed(digits);
   };
+  // The epoch in progress by steps, [done, all]; null when the report is of an epoch that ended.
+  const stepsOf = (j) => {
+    const p = j.step_progress;
+    return p && p.epoch === j.current_epoch + 1 && p.steps ? [Math.min(p.step, p.steps), p.steps] : null;
+  };
+
   // The best epoch and the metric it was chosen by: "val_loss 0.3121 @ epoch 4".
   const bestText = (j) => (j.best_epoch ? `${j.best_metric_name || "best"} ${num(j.best_metric)} @ epoch ${j.best_epoch}` : "–");
   // Nested objects (export, timings) as dotted keys with their values, not as raw JSON.
@@ -186,7 +192,9 @@
     function paint() {
       const sorted = [...rows.values()].sort((a, b) => a.epoch - b.epoch);
       status.replaceChildren(badge(job.status));
-      progress.replaceChildren(h("progress", { max: job.epochs, value: job.current_epoch }), ` epoch ${job.current_epoch}/${job.epochs}`);
+      const steps = stepsOf(job);
+      progress.replaceChildren(h("progress", { max: job.epochs, value: job.current_epoch + (steps ? steps[0] / steps[1] : 0) }),
+        ` epoch ${job.current_epoch}/${job.epochs}`, h("span", { "data-testid": "steps" }, steps ? ` · epoch ${job.current_epoch + 1}: step ${steps[0]}/${steps[1]}` : ""));
       cancel.hidden = TERMINAL.has(job.status);
       download.hidden = job.status !== "succeeded";
       downloadOnnx.hidden = !(job.result && job.result.export);
@@ -236,7 +244,9 @@
         } catch (_) {}
       }, 1000);
     };
-    signal.addEventListener("abort", () => clearTimeout(refreshing));
+    // Between events the epoch in progress moves by steps (job.step_progress): re-read for it.
+    const stepTimer = setInterval(() => { if (!TERMINAL.has(job.status)) refresh(); }, 2000);
+    signal.addEventListener("abort", () => { clearTimeout(refreshing); clearInterval(stepTimer); });
     await streamEvents(jobId, (type, data) => {
       if (type === "epoch") {
         rows.set(data.epoch, data);
@@ -250,6 +260,7 @@
       refresh();
     }, signal);
     clearTimeout(refreshing);
+    clearInterval(stepTimer);
     if (!signal.aborted) { job = await getJson(`/v1/jobs/${encodeURIComponent(jobId)}`); paint(); }
   }
 

@@ -1,11 +1,18 @@
-"""`--follow`: a progress bar over epochs and a live table of the latest metrics until the end."""
+"""`--follow`: a progress bar over epochs and a live table of the latest metrics until the end.
+
+The events say when an epoch ends; between them a thread reads the job every STEP_POLL_SECONDS
+for its step progress, so the bar (and its ETA) moves within an epoch, the first one too.
+"""
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import httpx
 import typer
 from rich.console import Console, Group
 from rich.live import Live
@@ -21,11 +28,21 @@ from rich.progress import (
 from rich.table import Table
 
 from epochal_client.client import Client
-from epochal_client.render import fmt, status_text
-from epochal_client.types import SCORES, SPLITS, Event, Job, MetricRow, build, score_field
+from epochal_client.render import fmt, status_text, steps_text
+from epochal_client.types import (
+    SCORES,
+    SPLITS,
+    ApiError,
+    Event,
+    Job,
+    MetricRow,
+    build,
+    score_field,
+)
 
 EXIT_CODES = {"succeeded": 0, "failed": 1, "cancelled": 3}
 DETACHED = 130  # Ctrl-C, job left running
+STEP_POLL_SECONDS = 2.0  # the server's step progress is a second or so old at best
 # Short headings so the live table fits an 80-column terminal: each score, training and
 # validation side by side, then the rate and the epoch's time (its speed is on the bar).
 SHORT = {"train": "", "val": "val ", "accuracy": "acc"}
@@ -49,6 +66,7 @@ class View:
     progress: Progress = field(init=False)
     task: TaskID = field(init=False)
     latest: MetricRow | None = None
+    completed: float = 0.0  # epochs done, with the share of the one in progress
 
     def __post_init__(self) -> None:
         self.progress = Progress(
@@ -56,27 +74,35 @@ class View:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("epochs"),
+            TextColumn("{task.fields[steps]}"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
             TextColumn("{task.fields[speed]}"),
         )
         self.task = self.progress.add_task(
-            status_text(self.job.status),
-            total=self.job.epochs,
-            completed=self.job.current_epoch,
-            speed="",
+            status_text(self.job.status), total=self.job.epochs, speed="", steps=""
         )
+        self.apply_job(self.job)
+
+    def apply_job(self, job: Job) -> None:
+        """Move the bar within the epoch in progress, from a fresh read of the job (never
+        back: a read sent before an epoch's event may arrive after it)."""
+        if job.epochs_done >= self.completed:
+            self.completed = job.epochs_done
+            self.progress.update(self.task, completed=self.completed, steps=steps_text(job))
 
     def apply(self, event: Event) -> str | None:
         """Update from one event; returns a line to print above the display, if any."""
         if event.type == "epoch":
             self.latest = build(MetricRow, event.data)
             speed = self.latest.samples_per_second
+            self.completed = self.latest.epoch
             self.progress.update(
                 self.task,
-                completed=self.latest.epoch,
+                completed=self.completed,
                 speed=f"{speed:,.0f} samples/s" if speed else "",
+                steps="",
             )
             return None
         if event.type == "transition":
@@ -94,8 +120,28 @@ class View:
         return Group(self.progress, table)
 
 
+@contextmanager
+def polling_steps(client: Client, view: View, every: float = STEP_POLL_SECONDS) -> Iterator[None]:
+    """While the block runs, read the job every `every` seconds into the view's bar."""
+    stopped = threading.Event()
+
+    def poll() -> None:
+        while not stopped.wait(every):
+            try:
+                view.apply_job(client.get(view.job.id))
+            except (ApiError, httpx.HTTPError, RuntimeError):  # the stream reports trouble
+                continue
+
+    threading.Thread(target=poll, name="follow-steps", daemon=True).start()
+    try:
+        yield
+    finally:
+        stopped.set()
+
+
 def _watch(client: Client, view: View, console: Console) -> None:
-    with Live(view.render(), console=console, refresh_per_second=4) as live:
+    live = Live(view.render(), console=console, refresh_per_second=4)
+    with live, polling_steps(client, view):
         for event in client.follow(view.job.id):
             line = view.apply(event)
             if line:

@@ -69,6 +69,19 @@ def jobs_table(jobs: Sequence[Job]) -> Table:
     return table
 
 
+def steps_text(job: Job) -> str:
+    """`step 37/118` while an epoch is in progress (the one after current_epoch), else ''."""
+    steps = job.steps_in_progress
+    return f"step {steps[0]}/{steps[1]}" if steps else ""
+
+
+def progress_text(job: Job) -> str:
+    """`3/20 epochs (epoch 4: step 37/118)`."""
+    steps = steps_text(job)
+    within = f" (epoch {job.current_epoch + 1}: {steps})" if steps else ""
+    return f"{job.current_epoch}/{job.epochs} epochs{within}"
+
+
 def job_details(job: Job) -> Table:
     table = Table(show_header=False, box=None)
     rows: list[tuple[str, Any]] = [
@@ -78,7 +91,7 @@ def job_details(job: Job) -> Table:
         ("status", status_text(job.status)),
         ("stop reason", job.stop_reason),
         ("attempt", job.attempt),
-        ("progress", f"{job.current_epoch}/{job.epochs} epochs"),
+        ("progress", progress_text(job)),
         ("best", best_text(job)),
         ("waiting because", job.wait_reason),
         ("error", f"[red]{job.error_code}: {job.error}[/]" if job.error else None),

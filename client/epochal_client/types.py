@@ -94,10 +94,27 @@ class Job:
     # the built model: parameters, flops_per_sample, layers [{name, op, output_shape,
     # parameters}], head included; None for a job stored before the server kept summaries
     model_summary: dict[str, Any] | None = None
+    # while an attempt trains: {"epoch" (the one in progress), "step" (done), "steps"}
+    step_progress: dict[str, int] | None = None
 
     @property
     def done(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def steps_in_progress(self) -> tuple[int, int] | None:
+        """(steps done, steps) of the epoch after current_epoch; None when nothing says (a
+        report about an epoch already finished is no news)."""
+        progress = self.step_progress or {}
+        if progress.get("epoch") != self.current_epoch + 1 or not progress.get("steps"):
+            return None
+        return min(progress["step"], progress["steps"]), progress["steps"]
+
+    @property
+    def epochs_done(self) -> float:
+        """Finished epochs plus the share of the one in progress: what a progress bar shows."""
+        steps = self.steps_in_progress
+        return self.current_epoch + (steps[0] / steps[1] if steps else 0.0)
 
 
 @dataclass(frozen=True)

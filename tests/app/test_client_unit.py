@@ -15,7 +15,7 @@ from rich.console import Console
 from epochal_client import render
 from epochal_client.cli import load_spec, new_lines
 from epochal_client.client import ApiError, Client, default_api_key, parse_sse
-from tests.helpers import ROOT
+from tests.helpers import ROOT, wait_until
 
 BLOCKER = """
 import sys
@@ -279,6 +279,60 @@ def test_follow_without_an_events_route_still_reports_a_missing_job_or_sse_only(
         with pytest.raises(ApiError) as refused:
             list(client.follow("j1", mode="sse"))
         assert refused.value.status == 404 and server.job_gets == 0
+
+
+def job_at(epoch: int, progress: dict[str, int] | None = None) -> Any:
+    """A running 4-epoch job after `epoch` epochs, with the step progress the server reports."""
+    from epochal_client.types import Job, build
+
+    return build(Job, {
+        "id": "j1", "name": "job", "framework": "pytorch", "status": "running", "attempt": 1,
+        "epochs": 4, "current_epoch": epoch, "created_at": "2025-01-01T00:00:00Z",
+        "step_progress": progress,
+    })  # fmt: skip
+
+
+def test_follow_moves_the_bar_and_its_eta_within_the_first_epoch() -> None:
+    from epochal_client.follow import View
+    from epochal_client.types import Event
+
+    view = View(job_at(0))
+    (task,) = view.progress.tasks
+    assert (task.completed, task.fields["steps"], task.time_remaining) == (0, "", None)
+    view.apply_job(job_at(0, {"epoch": 1, "step": 25, "steps": 100}))
+    view.apply_job(job_at(0, {"epoch": 1, "step": 50, "steps": 100}))
+    assert task.completed == 0.5 and task.fields["steps"] == "step 50/100"
+    assert task.time_remaining is not None  # the ETA the bar showed as -:--:-- all epoch
+    view.apply_job(job_at(0, {"epoch": 1, "step": 40, "steps": 100}))  # a late, older read
+    assert task.completed == 0.5
+    view.apply(Event("epoch", {"epoch": 1, "train_loss": 0.5}, None))
+    assert (task.completed, task.fields["steps"]) == (1, "")
+    view.apply_job(job_at(1, {"epoch": 1, "step": 100, "steps": 100}))  # of the ended epoch
+    assert task.completed == 1
+    view.apply_job(job_at(1, {"epoch": 2, "step": 30, "steps": 120}))
+    assert task.completed == 1.25
+    text = rendered([view.render()])
+    assert "1/4 epochs step 30/120" in " ".join(text.split())
+    shown = rendered([render.job_details(job_at(1, {"epoch": 2, "step": 30, "steps": 120}))])
+    assert "1/4 epochs (epoch 2: step 30/120)" in shown
+
+
+def test_follow_reads_the_jobs_steps_while_it_waits_for_events() -> None:
+    from epochal_client.follow import View, polling_steps
+
+    answers = [job_at(0, {"epoch": 1, "step": 10 * n, "steps": 100}) for n in range(1, 4)]
+
+    def server(request: httpx.Request) -> httpx.Response:
+        job = answers[min(len(gets), 2)]
+        gets.append(request.url.path)
+        return httpx.Response(200, json={**vars(job), "created_at": "2025-01-01T00:00:00Z"})
+
+    gets: list[str] = []
+    view = View(job_at(0))
+    with Client("http://epochal.test", "k", transport=httpx.MockTransport(server)) as client:
+        with polling_steps(client, view, every=0.01):
+            wait_until(lambda: view.completed == 0.3, 10, "the third read on the bar")
+    assert set(gets) == {"/v1/jobs/j1"}
 
 
 def rendered(tables: list[Any]) -> str:

@@ -190,3 +190,29 @@ def test_a_succeeded_jobs_page_draws_the_confusion_matrix(service: Service, page
     expect(page.get_by_test_id("heatmap")).to_be_visible()
     page.screenshot(path=str(SHOTS / "dashboard-evaluation.png"), full_page=True)
     assert page.errors == []
+
+
+def test_a_jobs_page_moves_by_steps_within_the_first_epoch(service: Service, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    with service.client() as http:
+        # ~90,000 steps an epoch: the first lasts for many step reports
+        dataset = {"name": "synthetic", "samples": 200_000}
+        job = submit_job(http, dataset=dataset, training={"epochs": 2, "batch_size": 2})
+    page.goto(f"{service.url}/ui")
+    page.get_by_test_id("api-key").fill(service.api_key)
+    page.get_by_test_id("login").click()
+    expect(page.get_by_test_id("jobs")).to_be_visible()
+    page.goto(f"{service.url}/ui#/jobs/{job['id']}")
+    steps = page.get_by_test_id("steps")
+    within = re.compile(r"epoch 1: step (\d+)/(\d+)")
+    expect(steps).to_have_text(within, timeout=scaled(120) * 1000)
+    first = steps.inner_text()
+    expect(steps).not_to_have_text(first, timeout=scaled(30) * 1000)  # it moves by itself
+    match = within.search(steps.inner_text())
+    assert match and int(match[1]) < int(match[2])  # still the first epoch
+    with service.client() as http:
+        http.post(f"/v1/jobs/{job['id']}/cancel")
+        assert wait_for_status(http, job["id"], {"cancelled"}, timeout=60)["status"] == "cancelled"
+    expect(steps).to_have_text("")  # an ended job has no epoch in progress
+    assert page.errors == []

@@ -130,6 +130,34 @@ def test_cancel_running_job_keeps_finished_epochs(client: httpx.Client) -> None:
     assert "cancelling" in [t["to_status"] for t in done["transitions"]]
 
 
+def test_a_running_jobs_steps_advance_within_its_first_epoch(client: httpx.Client) -> None:
+    job = submit(
+        client,
+        framework="pytorch",
+        # 90,000 steps an epoch: the first lasts for many of the child's reports (a second or
+        # so apart); the cancel is taken at a step, so the job ends at once all the same.
+        dataset={"name": "synthetic", "samples": 200_000},
+        training={"epochs": 2, "batch_size": 2},
+    )
+    seen: list[dict[str, int]] = []
+
+    def two_reports_in_epoch_one() -> bool:
+        now = client.get(f"/v1/jobs/{job['id']}").json()
+        progress = now["step_progress"]
+        if now["current_epoch"] == 0 and progress is not None:
+            assert progress["epoch"] == 1 and 0 < progress["step"] < progress["steps"]
+            seen.append(progress)
+        return len({p["step"] for p in seen}) >= 2
+
+    wait_until(two_reports_in_epoch_one, 120, "two step reports within the first epoch")
+    steps = [p["step"] for p in seen]
+    assert steps == sorted(steps) and len({p["steps"] for p in seen}) == 1
+    client.post(f"/v1/jobs/{job['id']}/cancel")
+    done = wait_for_status(client, job["id"], {"cancelled", "failed", "succeeded"}, timeout=60)
+    assert done["status"] == "cancelled" and done["current_epoch"] == 0
+    assert done["step_progress"] is None  # an ended job has no epoch in progress
+
+
 def test_the_next_child_imports_its_framework_while_a_job_trains(
     service: Service, client: httpx.Client
 ) -> None:

@@ -19,9 +19,10 @@ from app.domain import crud
 from app.domain.job_files import JobFiles
 from app.domain.states import JobStatus
 from app.domain.tables import Job
+from app.schemas.api import StepProgress
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT, clear_caches, free_port, scaled, wait_until
-from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv
+from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv, write_progress
 from worker.supervisor.job_end import record
 from worker.supervisor.oom import MemoryWatch, memory_available, peak_rss
 from worker.supervisor.runner import Attempt, outcome_of, record_end, supervise
@@ -108,6 +109,29 @@ def test_supervisor_kills_its_child_when_another_attempt_owns_the_job(
     assert run.lost and run.process.returncode == -signal.SIGKILL
     record_end(settings, run)  # a lost attempt writes nothing over its successor
     assert (stored(job.id).status, stored(job.id).attempt) == ("running", 2)
+
+
+def test_the_childs_step_progress_reaches_the_job_row_while_its_attempt_lasts(
+    settings: Settings,
+) -> None:
+    job = running_job()
+    run = attempt_of(job, settings, "import time; time.sleep(120)")
+    supervisor = threading.Thread(target=supervise, args=(settings, run))
+    supervisor.start()
+    try:
+        for step in (10, 20):  # as the child's writer (worker.child.progress) reports it
+            progress = StepProgress(epoch=1, step=step, steps=50)
+            write_progress(run.workdir, run.attempt, progress)
+            wait_until(
+                lambda progress=progress: stored(job.id).step_progress == progress.model_dump(),
+                scaled(10),
+                f"step {step} on the job row",
+            )
+    finally:
+        run.process.kill()
+        supervisor.join()
+    record_end(settings, run)  # killed: re-queued for another attempt, which starts afresh
+    assert (stored(job.id).status, stored(job.id).step_progress) == ("queued", None)
 
 
 def test_supervisor_stops_its_child_when_the_database_is_gone(

@@ -1,8 +1,9 @@
 """One attempt of one job, in the training process: data, back-end, callbacks, fit, result.
 
 `train` is what worker.child.launch calls: it adds the database's part (the metrics row, forgetting
-rows of epochs a resumed attempt replays) to `run_attempt`, which is the whole attempt without
-a database, so tests and benchmarks run exactly this code in-process.
+rows of epochs a resumed attempt replays) and the supervisor's (the epoch's step progress,
+worker.child.progress) to `run_attempt`, which is the whole attempt without a database, so
+tests and benchmarks run exactly this code in-process.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import JobSpec
 from app.schemas.metric_row import SCORES, best_field, score_field
 from app.schemas.monitor import resolved_mode
+from worker.child.progress import writing_progress
 from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_after
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
@@ -154,11 +156,13 @@ def train(
     with phase(timings, "build_s"):
         backend = create_backend(spec, splits, placement)
     record: list[Callback] = []
+    progress = writing_progress(state, workdir, attempt) if backend.is_main else nullcontext()
     if backend.is_main:
         rows, pruning = DbMetricRecorder(job_id, attempt), TrialPruning(job_id)
         record = [ForgetReplayedEpochs(job_id, attempt), rows, pruning]
     try:
-        outcome = run_attempt(spec, workdir, backend, splits, state, record, timings, job_id)
+        with progress:
+            outcome = run_attempt(spec, workdir, backend, splits, state, record, timings, job_id)
     finally:
         backend.close(exiting=True)  # this process ends with the attempt (worker.child.launch)
     if backend.is_main and outcome.result:

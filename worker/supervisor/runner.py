@@ -140,7 +140,8 @@ def start_child(
     workdir = files.root
     workdir.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.model_dump_json())
-    for stale in (files.outcome(attempt), files.stop_request(attempt)):  # a preempted attempt
+    stale_files = (files.outcome(attempt), files.stop_request(attempt), files.progress(attempt))
+    for stale in stale_files:  # a preempted attempt
         stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
     threads = threads_for(spec, cpu_budget(settings))
     pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
@@ -166,7 +167,7 @@ def start_child(
 
 def supervise(settings: Settings, run: Attempt) -> None:
     """Until the child exits: keep the lease, relay cancel and deadline, escalate stops."""
-    lease = LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at)
+    lease = LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at, run.workdir)
     lease.start()
     try:
         _watch(settings, run, lease)

@@ -33,6 +33,13 @@ class TrainState:
     best_value: float | None = None
     restored_best_weights: bool = False
     interrupt: StopReason | None = field(default=None, repr=False)  # a signal: stop mid-epoch
+    # (epoch in progress, its steps done, its steps): one tuple, so a reader in another thread
+    # (worker.child.progress) never sees one epoch's steps with another's number.
+    step_progress: tuple[int, int, int] | None = field(default=None, repr=False)
+
+    def steps_done(self, step: int, steps: int) -> None:
+        """A back-end's note, as its epoch goes: `step` of its `steps` steps are done."""
+        self.step_progress = (self.epoch + 1, step, steps)
 
     def request_stop(self, reason: StopReason, detail: str | None = None) -> None:
         """Ask the loop to stop after this epoch; the first reason given wins."""

@@ -72,6 +72,7 @@ def public(session: SessionDep, job: Job) -> JobPublic:
             "wait_reason": crud.wait_reason(session, job, 3 * settings.heartbeat_seconds),
             "queue": _standing(session, job),
             "priority": job.priority,
+            "step_progress": job.step_progress,
             "transitions": crud.transitions(session, job.id),
         }
     )

@@ -162,6 +162,7 @@ class TFBackend:
             loss_sum += float(np.dot(losses, sizes))
             metric_sum += float(metric)
             done += len(losses)
+            state.steps_done(done, steps)
             if state.interrupt is not None and done < steps:
                 return None
         state.global_step += steps

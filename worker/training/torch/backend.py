@@ -139,6 +139,7 @@ class TorchBackend:
             step_losses[step] = loss * len(idx)
             metric_sum += metric
             seen += len(idx)
+            state.steps_done(step + 1, steps)  # on a GPU: queued, within CHECK_EVERY of done
         state.global_step += steps
         bad = self._first_bad_step(step_losses, checked, steps)
         if bad is not None:
