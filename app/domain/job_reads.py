@@ -4,6 +4,7 @@ as plain tuples (app.core.async_db runs them), JSON-ready dicts out."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -12,8 +13,9 @@ import orjson
 from sqlalchemy import Integer, Select, String, Text, and_, bindparam, cast, select, tuple_
 
 from app.domain.paging import cursor_after, decode_cursor
-from app.domain.tables import EpochMetric, Job, UTCDateTime
-from app.schemas.api import JobSummary
+from app.domain.redact import without_server_paths
+from app.domain.tables import EpochMetric, Job, JobTransition, UTCDateTime
+from app.schemas.api import JobPublic, JobSummary, TransitionPublic
 from app.schemas.metric_row import ROW_FIELDS, spec_best_field
 
 # A job in a list, as app.schemas.api.JobSummary orders it: columns of the job, and `epochs`,
@@ -83,9 +85,73 @@ def _summary(row: Row) -> dict[str, Any]:
     spec = orjson.loads(values.pop("spec"))
     if values["model_summary"] is not None:
         values["model_summary"] = orjson.loads(values["model_summary"])
-    values["epochs"], values["tags"] = spec["training"]["epochs"], spec.get("tags") or {}
-    values["best_metric_name"] = spec_best_field(spec)
+    values |= _from_spec(spec)
     return {name: values[name] for name in SUMMARY_FIELDS}
+
+
+def _from_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a job's answer shows of its spec beside the spec itself."""
+    epochs, tags = spec["training"]["epochs"], spec.get("tags") or {}
+    return {"epochs": epochs, "tags": tags, "best_metric_name": spec_best_field(spec)}
+
+
+# One job as GET /v1/jobs/{id} shows it (app.schemas.api.JobPublic): the summary's columns, the
+# few more the answer and its checks need, then the JSON columns as text (as the list reads
+# them); and its transitions, oldest first, as TransitionPublic orders them.
+JOB_FIELDS = tuple(JobPublic.model_fields)
+AS_JSON = (*AS_TEXT, "result")
+JOB_COLUMNS = (
+    *SUMMARY_COLUMNS[: -len(AS_TEXT)],
+    *("error_code", "error", "priority", "owner_id", "gpus"),
+    *AS_JSON,
+)
+ONE_JOB = select(
+    *(getattr(Job, name) for name in JOB_COLUMNS[: -len(AS_JSON)]),
+    *(cast(getattr(Job, name), Text).label(name) for name in AS_JSON),
+).where(Job.id == bindparam("job_id", type_=String))
+# orjson reads an int past 64 bits (-2**63 has 19 digits) as a float, json.loads as an int; a
+# string with such a run of digits (rare) goes the route's way too.
+LONG_NUMBER = re.compile(r"[0-9]{19}")
+TRANSITION_FIELDS = tuple(TransitionPublic.model_fields)
+TRANSITIONS = (
+    select(*(getattr(JobTransition, name) for name in TRANSITION_FIELDS))
+    .where(JobTransition.job_id == bindparam("job_id", type_=String))
+    .order_by(JobTransition.id)
+)
+
+
+def job_values(row: Row) -> dict[str, Any]:
+    """ONE_JOB's row by column name, its JSON parsed; ValueError for JSON that orjson reads
+    otherwise than the ORM's json.loads, or not at all (a NaN that SQLite's JSON kept)."""
+    values = dict(zip(JOB_COLUMNS, row, strict=True))
+    for name in AS_JSON:
+        if values[name] is not None:
+            if LONG_NUMBER.search(values[name]):
+                raise ValueError(f"{name} holds a number of 19 digits or more")
+            values[name] = orjson.loads(values[name])
+    return values
+
+
+def as_job(values: dict[str, Any]) -> Job:
+    """The job of job_values as a transient ORM object, for code that reads a Job's attributes
+    (app.scheduler.position); never added to a session."""
+    return Job(**values)
+
+
+def job_public(
+    values: dict[str, Any], transitions: Sequence[Row], waiting: dict[str, Any]
+) -> dict[str, Any]:
+    """GET /v1/jobs/{id}'s answer from job_values and TRANSITIONS' rows; `waiting` holds its
+    wait_reason and queue (app.api.polled.waiting)."""
+    error = values["error"]
+    found = {
+        **values,
+        **_from_spec(values["spec"]),
+        "error": error and without_server_paths(error),  # rows written before §10c
+        **waiting,
+        "transitions": [dict(zip(TRANSITION_FIELDS, row, strict=True)) for row in transitions],
+    }
+    return {name: found[name] for name in JOB_FIELDS}
 
 
 # The job joined to its rows after an epoch: the owner comes with the rows, and a job without
