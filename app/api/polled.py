@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.deps import may_see, owner_filter, with_session
 from app.api.errors import database_unavailable, unavailable
 from app.api.responses import FastJSON
-from app.core.async_db import fetch, fetch_each
+from app.core.async_db import fetch
 from app.core.config import get_settings
 from app.domain import crud, job_reads
 from app.domain.keys import KEYS, Caller, split
@@ -79,15 +79,12 @@ async def jobs_content(
 
 
 async def job_content(key: Caller, job_id: str) -> dict[str, Any] | None:
-    """One job as its route shows it, from one round trip (the job, its transitions) and, for a
-    queued job, its standing; None when there is no such job, the key may not see it, or its
-    JSON is more than orjson reads (the route answers those)."""
-    params = {"job_id": job_id}
-    rows, transitions = await fetch_each(
-        [(job_reads.ONE_JOB, params), (job_reads.TRANSITIONS, params)]
-    )
+    """One job as its route shows it, from one statement (the job with its transitions) and,
+    for a queued job, its standing; None when there is no such job, the key may not see it, or
+    its JSON is more than orjson reads (the route answers those)."""
+    rows = await fetch(job_reads.ONE_JOB, {"job_id": job_id})
     try:
-        values = job_reads.job_values(rows[0]) if rows else None
+        values = job_reads.job_values(rows) if rows else None
     except ValueError:  # JSON the route's models read otherwise: theirs is the answer
         return None
     if values is None or not may_see(key, values["owner_id"]):
@@ -97,7 +94,7 @@ async def job_content(key: Caller, job_id: str) -> dict[str, Any] | None:
         job = job_reads.as_job(values)
         reason, place = await with_session(lambda session: waiting(session, job))
     queue = place.model_dump() if place is not None else None
-    return job_reads.job_public(values, transitions, {"wait_reason": reason, "queue": queue})
+    return job_reads.job_public(values, {"wait_reason": reason, "queue": queue})
 
 
 def waiting(session: Session, job: Job) -> tuple[str | None, QueueStanding | None]:

@@ -59,24 +59,11 @@ async def fetch(
     statement: Select[*tuple[Any, ...]], params: dict[str, Any]
 ) -> list[tuple[Any, ...]]:
     """The rows of a read-only statement whose parameters are all named bindparams."""
-    return (await fetch_each([(statement, params)]))[0]
-
-
-async def fetch_each(
-    statements: list[tuple[Select[*tuple[Any, ...]], dict[str, Any]]],
-) -> list[list[tuple[Any, ...]]]:
-    """Each statement's rows (as fetch), in order on one connection: one round trip's wait on
-    PostgreSQL, one thread hop on SQLite."""
     pool = _pool()
     if pool is None:
-        return await anyio.to_thread.run_sync(_fetch_sqlite, statements)
-    compiled = [_compiled(statement) for statement, _ in statements]
-    return await pool.run(
-        [
-            ((sql, names), {**literals, **params})
-            for (sql, names, literals), (_, params) in zip(compiled, statements, strict=True)
-        ]
-    )
+        return await anyio.to_thread.run_sync(_fetch_sqlite, statement, params)
+    sql, names, literals = _compiled(statement)
+    return (await pool.run([((sql, names), {**literals, **params})]))[0]
 
 
 async def fetch_sql(
@@ -137,13 +124,10 @@ async def _read(
 
 
 def _fetch_sqlite(
-    statements: list[tuple[Select[*tuple[Any, ...]], dict[str, Any]]],
-) -> list[list[tuple[Any, ...]]]:
+    statement: Select[*tuple[Any, ...]], params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
     with db.read_engine().connect() as conn:
-        return [
-            [tuple(row) for row in conn.execute(statement, params)]
-            for statement, params in statements
-        ]
+        return [tuple(row) for row in conn.execute(statement, params)]
 
 
 class ReadPool:

@@ -12,11 +12,9 @@ from fastapi.testclient import TestClient
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
 from tests.conftest import make_key
+from tests.helpers import VIA_ROUTE
 
 BODY = {"framework": "pytorch", "dataset": {"name": "digits"}, "training": {"epochs": 4}}
-# A percent-encoded parameter the routes ignore: the fast path never answers such a query, so
-# the same request with it appended is the FastAPI route's answer.
-VIA_ROUTE = "_=%30"
 
 
 @pytest.fixture

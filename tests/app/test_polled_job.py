@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import delete, update
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
 from app.domain.states import ErrorCode, JobStatus, StopReason
-from app.domain.tables import Job, Worker
+from app.domain.tables import Job, JobTransition, Worker
 from app.scheduler import position
-from tests.app.test_polled import VIA_ROUTE
 from tests.conftest import make_key
+from tests.helpers import VIA_ROUTE
 
 BODY = {
     "framework": "pytorch",
@@ -50,7 +50,8 @@ def submit(client: TestClient, **extra: object) -> str:
 
 def jobs_in_every_state(client: TestClient) -> dict[str, str]:
     """A running job with rows, a busy worker, two queued jobs behind it, a succeeded job, a
-    failed one with an old unredacted error, a cancelled one and a requeued one."""
+    failed one with an old unredacted error, a cancelled one, a requeued one and one without
+    transitions."""
     ids = {name: submit(client) for name in ("running", "succeeded", "failed", "requeued")}
     ids["cancelled"] = submit(client)
     for name in ("running", "succeeded", "failed", "requeued"):
@@ -94,6 +95,10 @@ def jobs_in_every_state(client: TestClient) -> dict[str, str]:
         crud.request_cancel(session, cancelled)
     ids["queued_high"] = submit(client, priority=90)
     ids["queued_low"] = submit(client, priority=10)
+    ids["no_transitions"] = submit(client)  # its one row from the join is NULLs past the job's
+    with session_scope() as session:
+        session.execute(delete(JobTransition).where(JobTransition.job_id == ids["no_transitions"]))
+        session.execute(update(Job).where(Job.id == ids["no_transitions"]).values(status="failed"))
     return ids
 
 
@@ -132,6 +137,7 @@ def test_a_job_in_every_state_is_answered_here_with_the_routes_bytes(
         client.get(f"/v1/jobs/{ids['queued_low']}").json()["queue"]["position"] == 3
     )  # behind the requeued job
     assert client.get(f"/v1/jobs/{ids['requeued']}").json()["queue"] is not None
+    assert '"transitions":[]}' in bodies["no_transitions"]
     assert '"transitions":[{' in bodies["succeeded"] and "1e+22,-0.0,12]" in bodies["succeeded"]
     assert "/home/someone" not in bodies["failed"] and "…/model.onnx" in bodies["failed"]
 
