@@ -82,6 +82,7 @@ def bench_polling(report: Report, quick: bool, kinds: tuple[str, ...] = KINDS) -
 # The load phase whose API CPU is charged to each route.
 CPU_ROUTES = {
     "metrics_poll": "GET /v1/jobs/{id}/metrics?since_epoch, 200 clients x 1/s",
+    "metrics_poll_half": "the same, 100 clients x 1/s (the load of GET /v1/jobs/{id} below)",
     "metrics_saturation": "the same, 32 clients back to back",
     "running_list_poll": "GET /v1/jobs?status=running, 200 clients x 1/s",
     "job_read": "GET /v1/jobs/{id} (fast path), 100 clients x 1/s",
