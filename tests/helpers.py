@@ -38,6 +38,9 @@ PG_ADMIN = os.environ.get(
 REDIS = os.environ.get("EPOCHAL_TEST_REDIS", "redis://127.0.0.1:6379")
 # The checkout's `epochal`, server verbs included; tests/packaging runs an installed one instead.
 CHECKOUT_CLI = (sys.executable, "-m", "app.cli")
+# A percent-encoded query parameter no route reads: the polled routes' fast path never answers
+# such a query (app.api.polled), so a request with it appended gets the FastAPI route's answer.
+VIA_ROUTE = "_=%30"
 # The one factor for every wall-clock budget the tests keep (each sized on a 2-core machine
 # running one test at a time): .ci/run measures the machine's speed and sets it (1 by default,
 # at most 6); tests run side by side (`make test` uses pytest-xdist) share the cores, so the

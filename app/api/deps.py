@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.concurrency import run_in_threadpool
@@ -79,6 +80,15 @@ def _slots() -> asyncio.Semaphore:
 
 
 SessionDep = Annotated[Session, Depends(get_db)]
+_session_with_slot = asynccontextmanager(get_db)
+T = TypeVar("T")
+
+
+async def with_session(work: Callable[[Session], T]) -> T:
+    """work(session) on a thread, outside FastAPI's dependencies: the session holds a DB slot
+    as a route's does (get_db)."""
+    async with _session_with_slot() as session:
+        return await run_in_threadpool(work, session)
 
 
 async def current_key(

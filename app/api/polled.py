@@ -1,13 +1,15 @@
-"""The two routes polled most, a job's metrics and a job list: what they answer, and a fast path
-that answers a plainly valid request without FastAPI's routing, dependencies and parameter
+"""The routes polled most, a job's metrics, a job list and one job: what they answer, and a fast
+path that answers a plainly valid request without FastAPI's routing, dependencies and parameter
 validation (~0.3 ms of CPU per request on a 2-core box, more than the query itself).
 
 The fast path answers only the success case: a GET with a key already in the cache, parameters
 that are plain digits or known names, and a job the key may see. Anything else (no key, a bad
 or percent-encoded parameter, a cursor this API did not make, a job that is not there) goes on
 to the FastAPI route, which answers with the status and error shape it always has; a database
-that cannot serve the read gets the route's 503 (app.api.errors). Both build their answers
-here, so the bytes are the same (tests/app/test_polled.py compares them).
+that cannot serve the read gets the route's 503 (app.api.errors). The metrics and list routes
+build their answers here; GET /v1/jobs/{id}'s route keeps its models (the ORM job, JobPublic)
+and the fast path writes the same bytes from plain rows (tests/app/test_polled.py and
+test_polled_job.py compare them).
 """
 
 from __future__ import annotations
@@ -16,20 +18,27 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.deps import may_see, owner_filter
+from app.api.deps import may_see, owner_filter, with_session
 from app.api.errors import database_unavailable, unavailable
 from app.api.responses import FastJSON
 from app.core.async_db import fetch
-from app.domain import job_reads
+from app.core.config import get_settings
+from app.domain import crud, job_reads
 from app.domain.keys import KEYS, Caller, split
 from app.domain.states import JobStatus
+from app.domain.tables import Job
+from app.scheduler.position import standing
 from app.schemas.ids import ID_PART
 from app.schemas.job_spec import FRAMEWORKS
+from app.schemas.queue import QueueStanding
 
 METRICS_ROUTE = "/v1/jobs/{job_id}/metrics"
 LIST_ROUTE = "/v1/jobs"
+JOB_ROUTE = "/v1/jobs/{job_id}"
 # Each route's bounds; its FastAPI parameters declare them from here (app.api.routes.jobs).
 SINCE_EPOCH_BOUNDS = (0, 1_000_000)
 METRICS_LIMIT_BOUNDS = (1, 10_000)
@@ -41,6 +50,7 @@ FRAMEWORK_NAMES = frozenset(FRAMEWORKS)
 STATUSES = frozenset(status.value for status in JobStatus)
 # Matched whole (fullmatch: a `$` would let a trailing newline through).
 METRICS_PATH = re.compile(f"/v1/jobs/({ID_PART})/metrics")
+JOB_PATH = re.compile(f"/v1/jobs/({ID_PART})")
 DIGITS = re.compile(r"[0-9]{1,7}")
 ID = re.compile(ID_PART)
 
@@ -68,6 +78,35 @@ async def jobs_content(
     return {"items": items, "next_cursor": next_cursor}
 
 
+async def job_content(key: Caller, job_id: str) -> dict[str, Any] | None:
+    """One job as its route shows it, from one statement (the job with its transitions) and,
+    for a queued job, its standing; None when there is no such job, the key may not see it, or
+    its JSON is more than orjson reads (the route answers those)."""
+    rows = await fetch(job_reads.ONE_JOB, {"job_id": job_id})
+    try:
+        values = job_reads.job_values(rows) if rows else None
+    except ValueError:  # JSON the route's models read otherwise: theirs is the answer
+        return None
+    if values is None or not may_see(key, values["owner_id"]):
+        return None
+    reason, place = None, None
+    if values["status"] == JobStatus.queued:  # the scheduler's reads, as the route runs them
+        job = job_reads.as_job(values)
+        reason, place = await with_session(lambda session: waiting(session, job))
+    queue = place.model_dump() if place is not None else None
+    return job_reads.job_public(values, {"wait_reason": reason, "queue": queue})
+
+
+def waiting(session: Session, job: Job) -> tuple[str | None, QueueStanding | None]:
+    """A queued job's wait_reason and standing (position, reason, estimated start); None and
+    None once it left the queue."""
+    if job.status != JobStatus.queued:
+        return None, None
+    settings = get_settings()
+    reason = crud.wait_reason(session, job, 3 * settings.heartbeat_seconds)
+    return reason, QueueStanding(**vars(standing(session, job, settings)))
+
+
 @dataclass(frozen=True)
 class RouteName:
     """What the request metrics read of a matched route (app.observability.telemetry)."""
@@ -92,30 +131,52 @@ class PolledFastPath:
                 # The route's 503, without trying the database a second time.
                 await unavailable(scope["method"], scope["path"], exc)(scope, receive, send)
                 return
-        if content is None:
+        response = _rendered(content) if content is not None else None
+        if response is None:
             await self.app(scope, receive, send)
             return
-        await FastJSON(content)(scope, receive, send)
+        await response(scope, receive, send)
 
     async def _answer(self, scope: Scope) -> dict[str, Any] | None:
-        path = scope["path"]
-        match = METRICS_PATH.fullmatch(path) if path.endswith("/metrics") else None
-        if match is None and path != LIST_ROUTE:
-            return None
-        query = _plain_query(scope["query_string"])
+        found = _route(scope["path"])
+        query = _plain_query(scope["query_string"]) if found is not None else None
         key = _cached_caller(scope["headers"]) if query is not None else None
-        if key is None or query is None:
+        if found is None or key is None or query is None:
             return None
-        if match is None:
+        template, job_id = found
+        if template == LIST_ROUTE:
             content = await _jobs_page(key, query)
-            template = LIST_ROUTE
-        else:
-            content = await _metrics(key, match.group(1), query)
-            template = METRICS_ROUTE
+        elif template == METRICS_ROUTE:
+            content = await _metrics(key, job_id, query)
+        else:  # the route reads no parameter: any plain query is ignored, as FastAPI does
+            content = await job_content(key, job_id)
         if content is not None:  # the request metrics label it by its route, as routing would
             scope["route"] = RouteName(template)
-            scope["path_params"] = {"job_id": match.group(1)} if match else {}
+            scope["path_params"] = {"job_id": job_id} if job_id else {}
         return content
+
+
+def _route(path: str) -> tuple[str, str] | None:
+    """The route template a path would match, with its job id ("" for the list); None for a
+    path the fast path does not answer."""
+    if path == LIST_ROUTE:
+        return LIST_ROUTE, ""
+    if not path.startswith("/v1/jobs/"):
+        return None
+    metrics = path.endswith("/metrics")
+    match = (METRICS_PATH if metrics else JOB_PATH).fullmatch(path)
+    if match is None:
+        return None
+    return METRICS_ROUTE if metrics else JOB_ROUTE, match.group(1)
+
+
+def _rendered(content: dict[str, Any]) -> FastJSON | None:
+    """The answer's response; None when orjson cannot write it (an int past 64 bits in a job's
+    result), which the route's models can."""
+    try:
+        return FastJSON(content)
+    except orjson.JSONEncodeError:
+        return None
 
 
 def _plain_query(raw: bytes) -> dict[str, str] | None:

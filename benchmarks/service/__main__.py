@@ -73,14 +73,20 @@ def bench_polling(report: Report, quick: bool, kinds: tuple[str, ...] = KINDS) -
             result = results[phase]
             note = f"{route}; load generator {result['client_cpu_us_per_request']:.0f} us/request"
             report.add(f"api_cpu_us_per_{phase}{tag}", result["api_cpu_us_per_request"], "us", note)
+        fast, routed = results["job_read"], results["job_read_route"]
+        ratio = routed["api_cpu_us_per_request"] / max(fast["api_cpu_us_per_request"], 1e-9)
+        note = "GET /v1/jobs/{id}: API CPU through the FastAPI route / on the fast path, same run"
+        report.add(f"job_read_route_over_fast_cpu{tag}", ratio, "x", note)
 
 
 # The load phase whose API CPU is charged to each route.
 CPU_ROUTES = {
     "metrics_poll": "GET /v1/jobs/{id}/metrics?since_epoch, 200 clients x 1/s",
+    "metrics_poll_half": "the same, 100 clients x 1/s (the load of GET /v1/jobs/{id} below)",
     "metrics_saturation": "the same, 32 clients back to back",
     "running_list_poll": "GET /v1/jobs?status=running, 200 clients x 1/s",
-    "job_read": "GET /v1/jobs/{id}, 100 clients x 1/s",
+    "job_read": "GET /v1/jobs/{id} (fast path), 100 clients x 1/s",
+    "job_read_route": "the same through the FastAPI route (?_=%30), 100 clients x 1/s",
 }
 
 

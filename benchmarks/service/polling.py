@@ -13,15 +13,18 @@ import time
 from pathlib import Path
 
 from benchmarks.service.cpu import group_cpu_seconds
-from benchmarks.service.seed import insert_jobs, insert_metrics
+from benchmarks.service.seed import insert_jobs, insert_metrics, insert_transitions
 from benchmarks.service.stack import engine_for, running
-from tests.helpers import Service
+from tests.helpers import VIA_ROUTE, Service
+
+READ_JOBS = 200  # the finished jobs GET /v1/jobs/{id} reads, each with its transitions
 
 
 def seed_big(env: dict[str, str], jobs: int, epochs: int) -> tuple[list[str], list[str]]:
     engine = engine_for(env)
     finished = insert_jobs(engine, jobs)
     insert_metrics(engine, finished, epochs)
+    insert_transitions(engine, finished[:READ_JOBS])
     running_ids = insert_jobs(engine, 50, start=jobs, status="running")
     engine.dispose()
     return finished, running_ids
@@ -96,6 +99,9 @@ def run_polling(
         results["running_list_poll"] = load(
             service, ["/v1/jobs?status=running&limit=50"], clients, 1.0, seconds
         )
-        one_job = [f"/v1/jobs/{job_id}" for job_id in finished[:200]]
+        # One job, on the fast path and then through the route, in the same run (a ratio).
+        one_job = [f"/v1/jobs/{job_id}" for job_id in finished[:READ_JOBS]]
         results["job_read"] = load(service, one_job, clients // 2, 1.0, seconds / 2)
+        routed = [f"{path}?{VIA_ROUTE}" for path in one_job]  # the FastAPI route, as before
+        results["job_read_route"] = load(service, routed, clients // 2, 1.0, seconds / 2)
     return results

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import insert
 from sqlalchemy.engine import Engine
 
-from app.domain.tables import Job
+from app.domain.tables import Job, JobTransition
 
 SPEC = {
     "name": "bench",
@@ -65,6 +65,20 @@ def insert_jobs(engine: Engine, count: int, start: int = 0, status: str = "succe
         for begin in range(0, len(rows), 5000):
             conn.execute(insert(Job), rows[begin : begin + 5000])
     return [str(r["id"]) for r in rows]
+
+
+def insert_transitions(engine: Engine, job_ids: list[str]) -> None:
+    """The three transitions of a job that ran once and succeeded."""
+    steps = ((None, "queued", "submitted"), ("queued", "running", "claimed by w1"))
+    steps += (("running", "succeeded", "all epochs done"),)
+    rows = [
+        {"job_id": job_id, "from_status": old, "to_status": new, "reason": why, "attempt": 1}
+        | {"at": BASE_TIME + timedelta(seconds=n)}
+        for job_id in job_ids
+        for n, (old, new, why) in enumerate(steps)
+    ]
+    with engine.begin() as conn:
+        conn.execute(insert(JobTransition), rows)
 
 
 def metric_tuples(job_ids: list[str], epochs: int):  # type: ignore[no-untyped-def]

@@ -9,30 +9,12 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import polled
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
 from tests.conftest import make_key
+from tests.helpers import VIA_ROUTE
 
 BODY = {"framework": "pytorch", "dataset": {"name": "digits"}, "training": {"epochs": 4}}
-# A percent-encoded parameter the routes ignore: the fast path never answers such a query, so
-# the same request with it appended is the FastAPI route's answer.
-VIA_ROUTE = "_=%30"
-
-
-@pytest.fixture
-def answered(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """One entry per request seen by the fast path: True when it answered."""
-    seen: list[bool] = []
-    real = polled.PolledFastPath._answer
-
-    async def spy(self: polled.PolledFastPath, scope: dict) -> object:  # type: ignore[type-arg]
-        content = await real(self, scope)
-        seen.append(content is not None)
-        return content
-
-    monkeypatch.setattr(polled.PolledFastPath, "_answer", spy)
-    return seen
 
 
 @pytest.fixture

@@ -36,12 +36,10 @@ from app.domain.admission import disk_estimate
 from app.domain.redact import without_server_paths
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import Job, Sweep
-from app.scheduler.position import standing
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from app.schemas.metric_row import spec_best_field
-from app.schemas.queue import QueueStanding
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
@@ -61,7 +59,9 @@ def summary(job: Job) -> JobSummary:
 
 
 def public(session: SessionDep, job: Job) -> JobPublic:
-    settings = get_settings()
+    """A job as the routes answer it, from its ORM row (GET /v1/jobs/{id} also has a fast path
+    that writes the same bytes from plain rows: app.api.polled.job_content)."""
+    wait_reason, queue = polled.waiting(session, job)
     return JobPublic.model_validate(
         {
             **summary(job).model_dump(),
@@ -69,21 +69,13 @@ def public(session: SessionDep, job: Job) -> JobPublic:
             "error": job.error and without_server_paths(job.error),  # rows written before §10c
             "result": job.result,
             "spec": job.spec,
-            "wait_reason": crud.wait_reason(session, job, 3 * settings.heartbeat_seconds),
-            "queue": _standing(session, job),
+            "wait_reason": wait_reason,
+            "queue": queue,
             "priority": job.priority,
             "step_progress": job.step_progress,
             "transitions": crud.transitions(session, job.id),
         }
     )
-
-
-def _standing(session: SessionDep, job: Job) -> QueueStanding | None:
-    """A queued job's position, reason and estimated start (None once it left the queue)."""
-    if job.status != JobStatus.queued:
-        return None
-    place = standing(session, job, get_settings())
-    return QueueStanding(**vars(place))
 
 
 def _replay(session: SessionDep, key: CurrentKey, idem: str, digest: str) -> Job | None:
