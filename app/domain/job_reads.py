@@ -101,7 +101,7 @@ def _from_spec(spec: dict[str, Any]) -> dict[str, Any]:
 # transition, oldest first (a job without any comes back as one row, its transition all NULL:
 # to_status is NOT NULL in the table). Two statements were two round trips: ~0.25 ms more CPU.
 JOB_FIELDS = tuple(JobPublic.model_fields)
-AS_JSON = (*AS_TEXT, "result")
+AS_JSON = (*AS_TEXT, "result", "step_progress")
 JOB_COLUMNS = (
     *SUMMARY_COLUMNS[: -len(AS_TEXT)],
     *("error_code", "error", "priority", "owner_id", "gpus"),

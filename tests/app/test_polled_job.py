@@ -64,6 +64,8 @@ def jobs_in_every_state(client: TestClient) -> dict[str, str]:
         session.add(Worker(name="w1", hostname="h", pid=1, gpus=0, devices=[], queues=["gpus-0"]))
         session.flush()
         session.execute(update(Worker).values(current_job_id=ids["running"]))
+        progress = {"epoch": 4, "step": 37, "steps": 118}  # the lease renewal's JSON column
+        session.execute(update(Job).where(Job.id == ids["running"]).values(step_progress=progress))
     result = {"val_accuracy": 0.9375, "history": [1.0, 1e22, -0.0, 12], "counts": {"n": 2**53}}
     with session_scope() as session:
         assert crud.finish_job(
