@@ -199,7 +199,7 @@
         h("dt", {}, "best"), h("dd", { "data-testid": "best" }, bestText(job)),
         h("dt", {}, "priority"), h("dd", {}, job.priority ?? "–"),
         ...(job.queue ? [h("dt", {}, "queue"), h("dd", { "data-testid": "queue" },
-          `#${job.queue.position}, ${job.queue.estimated_start ? `starts ~${when(job.queue.estimated_start)}` : "start unknown"}: ${job.queue.reason}`)] : []),
+          `#${job.queue.position}, ${EpochalQueue.eta(job.queue.estimated_start)}: ${job.queue.reason}`)] : []),
         ...Object.entries(job.result || {}).filter(([k]) => k !== "evaluation").flatMap(([k, v]) => flat(v, k))
           .flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-result": k }, shown(v))]));
       const series = (key, name, color) => ({ name, color, points: sorted.map((r) => [r.epoch, r[key]]).filter((p) => p[1] !== null) });
@@ -236,7 +236,8 @@
         } catch (_) {}
       }, 1000);
     };
-    signal.addEventListener("abort", () => clearTimeout(refreshing));
+    const queued = setInterval(() => { if (job.status === "queued") refresh(); }, 3000); // its place moves without events
+    signal.addEventListener("abort", () => { clearTimeout(refreshing); clearInterval(queued); });
     await streamEvents(jobId, (type, data) => {
       if (type === "epoch") {
         rows.set(data.epoch, data);
@@ -249,7 +250,7 @@
       paint();
       refresh();
     }, signal);
-    clearTimeout(refreshing);
+    clearTimeout(refreshing); clearInterval(queued);
     if (!signal.aborted) { job = await getJson(`/v1/jobs/${encodeURIComponent(jobId)}`); paint(); }
   }
 
@@ -285,6 +286,7 @@
       if (match) await jobView(match[1]);
       else if (sweep) await EpochalSweeps.sweepView(ui, sweep[1]);
       else if (route === "/sweeps") await EpochalSweeps.listView(ui);
+      else if (route === "/queue") await EpochalQueue.queueView(ui);
       else if (route === "/submit") await submitView();
       else await jobsView();
     } catch (err) {
