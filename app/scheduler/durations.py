@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -42,11 +42,11 @@ class Pace:
     per_epoch: float | None
 
 
-def pace(session: Session, job_id: str, attempt: int | None = None) -> Pace:
-    """Seconds per epoch over the last rows (of this attempt: a resume's gap is no epoch)."""
+def pace(session: Session, job_id: str, since: datetime | None = None) -> Pace:
+    """Seconds per epoch over the last rows (of this run: the gap before a resume is no epoch)."""
     where = [EpochMetric.job_id == job_id]
-    if attempt is not None:
-        where.append(EpochMetric.attempt == attempt)
+    if since is not None:
+        where.append(EpochMetric.recorded_at >= since)
     seconds = getattr(EpochMetric, EPOCH_SECONDS)  # a column added from METRIC_FIELDS
     recent = session.execute(
         select(EpochMetric.recorded_at, seconds)
@@ -111,17 +111,18 @@ def remaining(session: Session, job_id: str, now: datetime) -> float | None:
         return 0.0
     costs = overheads(session, job.framework)
     left = max(int(job.spec["training"]["epochs"]) - job.current_epoch, 0)
-    ran = pace(session, job_id, job.attempt)
+    opened = session.scalar(  # this run's start (a preempted job resumes under its attempt)
+        select(func.max(JobRun.started)).where(JobRun.job_id == job_id, JobRun.ended.is_(None))
+    )
+    run_start = None if opened is None else datetime.fromtimestamp(opened, UTC)
+    ran = pace(session, job_id, run_start)
     if ran.last is not None and ran.per_epoch is not None:
         since = (now - ran.last).total_seconds()
         return max(left * ran.per_epoch + costs.wind_down - since, 0.0)
     per_epoch = mean_epoch(session, job.framework)  # still starting: its framework's pace
     if per_epoch is None:
         return None
-    opened = session.scalar(
-        select(func.max(JobRun.started)).where(JobRun.job_id == job_id, JobRun.ended.is_(None))
-    )
-    since = now.timestamp() - opened if opened is not None else 0.0
+    since = (now - run_start).total_seconds() if run_start is not None else 0.0
     whole = costs.startup + left * per_epoch + costs.wind_down
     return max(whole - since, 0.0)
 
