@@ -3,9 +3,10 @@
 Its competitors are the queued jobs the workers that fit it could run instead. Jobs of higher
 priority go first; at its priority keys take turns in fair-share order (policy.fair_order),
 each key's jobs oldest first. The estimated start plays the queue forward on those workers:
-each running job frees its worker after its remaining epochs at its own recent epoch time,
-and each job ahead holds a worker as long as this one is expected to (its epochs at its
-framework's mean epoch time); null when nothing measured says how long an epoch takes.
+each running job frees its worker after its remaining epochs at its own recent pace and its
+wind-down, and each job ahead holds a worker as long as this one is expected to (start-up,
+epochs at its framework's mean epoch time, wind-down: app.scheduler.durations); null when
+nothing measured says how long an epoch takes.
 """
 
 from __future__ import annotations
@@ -20,14 +21,11 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.domain import crud
-from app.domain.epoch_stats import totals
-from app.domain.states import ACTIVE
-from app.domain.tables import EpochMetric, Job, Worker, utcnow
+from app.domain.tables import Job, Worker, utcnow
 from app.scheduler.claim import fits, heads, shares
+from app.scheduler.durations import expected_seconds, remaining
 from app.scheduler.policy import fair_order
-from app.schemas.metric_row import EPOCH_SECONDS
 
-RECENT_EPOCHS = 5  # a running job's epoch time: the mean of its last few (a box's load moves)
 ETA_HORIZON = 1000  # jobs ahead played forward at most; further back the estimate is null
 
 
@@ -127,7 +125,9 @@ def eta(
     if not fitting or ahead.total > ETA_HORIZON:
         return None
     per_job = expected_seconds(session, job)
-    frees = [remaining(session, w.current_job_id) if w.current_job_id else 0.0 for w in fitting]
+    frees = [
+        remaining(session, w.current_job_id, now) if w.current_job_id else 0.0 for w in fitting
+    ]
     if any(f is None for f in frees) or (ahead.total and per_job is None):
         return None
     heap = [float(f) for f in frees if f is not None]
@@ -135,31 +135,3 @@ def eta(
     for _ in range(ahead.total):
         heapq.heappush(heap, heapq.heappop(heap) + (per_job or 0.0))
     return now + timedelta(seconds=heap[0])
-
-
-def remaining(session: Session, job_id: str) -> float | None:
-    """Seconds a running job still needs: its epochs left at its recent mean epoch time."""
-    job = session.get(Job, job_id)
-    if job is None or job.status not in ACTIVE:
-        return 0.0
-    seconds = getattr(EpochMetric, EPOCH_SECONDS)  # a column added from METRIC_FIELDS
-    recent = (
-        select(seconds.label("s"))
-        .where(EpochMetric.job_id == job_id)
-        .order_by(EpochMetric.epoch.desc())
-        .limit(RECENT_EPOCHS)
-        .subquery()
-    )
-    mean = session.scalar(select(func.avg(recent.c.s)))
-    epochs = int(job.spec["training"]["epochs"])
-    return None if mean is None else max(epochs - job.current_epoch, 0) * float(mean)
-
-
-def expected_seconds(session: Session, job: Job) -> float | None:
-    """How long a queued job is expected to run: its epochs at its framework's mean epoch."""
-    buckets = totals(session).get(job.framework, {})
-    epochs = sum(count for count, _ in buckets.values())
-    if not epochs:
-        return None
-    mean = sum(seconds for _, seconds in buckets.values()) / epochs
-    return int(job.spec["training"]["epochs"]) * mean

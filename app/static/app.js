@@ -207,7 +207,7 @@
         h("dt", {}, "best"), h("dd", { "data-testid": "best" }, bestText(job)),
         h("dt", {}, "priority"), h("dd", {}, job.priority ?? "–"),
         ...(job.queue ? [h("dt", {}, "queue"), h("dd", { "data-testid": "queue" },
-          `#${job.queue.position}, ${job.queue.estimated_start ? `starts ~${when(job.queue.estimated_start)}` : "start unknown"}: ${job.queue.reason}`)] : []),
+          `#${job.queue.position}, ${EpochalQueue.eta(job.queue.estimated_start)}: ${job.queue.reason}`)] : []),
         ...Object.entries(job.result || {}).filter(([k]) => k !== "evaluation").flatMap(([k, v]) => flat(v, k))
           .flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-result": k }, shown(v))]));
       const series = (key, name, color) => ({ name, color, points: sorted.map((r) => [r.epoch, r[key]]).filter((p) => p[1] !== null) });
@@ -244,7 +244,7 @@
         } catch (_) {}
       }, 1000);
     };
-    // Between events the epoch in progress moves by steps (job.step_progress): re-read for it.
+    // Between events a queued job's place and the epoch in progress (job.step_progress) move: re-read.
     const stepTimer = setInterval(() => { if (!TERMINAL.has(job.status)) refresh(); }, 2000);
     signal.addEventListener("abort", () => { clearTimeout(refreshing); clearInterval(stepTimer); });
     await streamEvents(jobId, (type, data) => {
@@ -296,6 +296,7 @@
       if (match) await jobView(match[1]);
       else if (sweep) await EpochalSweeps.sweepView(ui, sweep[1]);
       else if (route === "/sweeps") await EpochalSweeps.listView(ui);
+      else if (route === "/queue") await EpochalQueue.queueView(ui);
       else if (route === "/submit") await submitView();
       else await jobsView();
     } catch (err) {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,7 +11,9 @@ from sqlalchemy import update
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
-from app.domain.tables import Worker, utcnow
+from app.domain.states import JobStatus
+from app.domain.tables import EpochMetric, Job, JobRun, Worker, utcnow
+from app.scheduler.durations import Overheads
 from tests.conftest import make_key
 
 TINY = {"framework": "pytorch", "dataset": {"name": "digits"}, "training": {"epochs": 4}}
@@ -116,3 +118,52 @@ def test_metrics_show_depth_by_priority_preemptions_and_waits(app_client: TestCl
     assert "epochal_preemptions_total 0.0" in text
     assert 'epochal_queue_wait_seconds_bucket{le="+Inf"} 1.0' in text
     assert "epochal_queue_wait_seconds_count 1.0" in text
+
+
+def rows_at(job_id: str, now: datetime, ago: list[float], attempt: int = 1) -> None:
+    """Epoch rows 1, 2, … of the job, recorded the given seconds before now (10 s measured)."""
+    with session_scope() as session:
+        for epoch, seconds in enumerate(ago, start=1):
+            epoch_rows.record_epoch(session, job_id, attempt, epoch, {"epoch_seconds": 10.0})
+            session.execute(
+                update(EpochMetric)
+                .where(EpochMetric.job_id == job_id, EpochMetric.epoch == epoch)
+                .values(recorded_at=now - timedelta(seconds=seconds))
+            )
+
+
+def test_a_running_job_frees_its_worker_after_its_pace_less_the_epoch_under_way_and_wind_down(
+    app_client: TestClient,
+) -> None:
+    from app.scheduler.durations import overheads, remaining
+
+    key, now = make_key("user"), utcnow()
+    earlier = submit(app_client, key)  # ran through: up 3 s, epochs 4 s apart, down 2 s
+    with session_scope() as session:
+        crud.claim_job(session, earlier, "w1", 60)
+    rows_at(earlier, now, [100.0, 96.0, 92.0, 88.0])
+    with session_scope() as session:
+        crud.finish_job(
+            session, earlier, 1, JobStatus.succeeded, stop_reason=None, reason="completed"
+        )
+        session.execute(
+            update(Job)
+            .where(Job.id == earlier)
+            .values(
+                started_at=now - timedelta(seconds=107),
+                finished_at=now - timedelta(seconds=86),
+            )
+        )
+    running = submit(app_client, key, training={"epochs": 5})
+    with session_scope() as session:
+        crud.claim_job(session, running, "w1", 60)
+        started = (now - timedelta(seconds=60)).timestamp()  # this run's start
+        session.execute(update(JobRun).where(JobRun.job_id == running).values(started=started))
+    # Epoch 1 before a preemption and resume, 2-4 in this run: 8 s apart (not the 10 s trained).
+    rows_at(running, now, [70.0, 50.0, 42.0, 34.0])
+    with session_scope() as session:
+        assert overheads(session, "pytorch") == pytest.approx(Overheads(3.0, 2.0), abs=0.01)
+        # 1 epoch left of 8 s, 34 s of it gone already: only the wind-down is left
+        assert remaining(session, running, now) == pytest.approx(0.0, abs=0.01)
+        later = now - timedelta(seconds=30)  # read 30 s ago: 4 s of the epoch, then 2 s
+        assert remaining(session, running, later) == pytest.approx(6.0, abs=0.01)

@@ -22,6 +22,7 @@ from tests.helpers import (
     scaled,
     submit_job,
     wait_for_status,
+    wait_until,
 )
 
 pytestmark = pytest.mark.e2e
@@ -215,4 +216,40 @@ def test_a_jobs_page_moves_by_steps_within_the_first_epoch(service: Service, pag
         http.post(f"/v1/jobs/{job['id']}/cancel")
         assert wait_for_status(http, job["id"], {"cancelled"}, timeout=60)["status"] == "cancelled"
     expect(steps).to_have_text("")  # an ended job has no epoch in progress
+    assert page.errors == []
+
+
+def test_the_queue_view_and_a_queued_jobs_page_show_position_reason_and_eta(
+    service: Service, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    long = {"dataset": {"name": "synthetic", "samples": 4000}, "training": {"epochs": 1000}}
+    with service.client() as http:
+        running = submit_job(http, **long)["id"]
+        wait_until(lambda: http.get(f"/v1/jobs/{running}").json()["current_epoch"] >= 1, 120,
+                   "the running job's first epoch")  # fmt: skip
+        queued = submit_job(http, name="waiting-job", dataset={"name": "digits"})["id"]
+    page.goto(f"{service.url}/ui")
+    page.get_by_test_id("api-key").fill(service.api_key)
+    page.get_by_test_id("login").click()
+    expect(page.get_by_test_id("jobs")).to_be_visible()
+    page.get_by_test_id("nav-queue").click()
+    row = page.locator(f"[data-queued='{queued}']")
+    expect(row).to_contain_text("waiting-job")
+    expect(row.get_by_test_id("queue-position")).to_have_text("1")
+    expect(row.get_by_test_id("queue-reason")).to_have_text(
+        "next to run: every worker that fits is busy"
+    )
+    expect(row.get_by_test_id("queue-eta")).to_contain_text("starts in ~")
+    expect(page.get_by_test_id("queue-summary")).to_contain_text("1 queued in all")
+    page.screenshot(path=str(SHOTS / "dashboard-queue.png"), full_page=True)
+    row.get_by_role("link", name="waiting-job").click()
+    expect(page.get_by_test_id("queue")).to_contain_text("#1, starts in ~")
+    expect(page.get_by_test_id("queue")).to_contain_text("every worker that fits is busy")
+    with service.client() as http:
+        for job_id in (queued, running):
+            http.post(f"/v1/jobs/{job_id}/cancel")
+    expect(page.get_by_test_id("status")).to_have_text("cancelled")
+    expect(page.get_by_test_id("queue")).to_have_count(0)
     assert page.errors == []
