@@ -109,6 +109,9 @@ def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[
     if not fitting:
         largest = max(w.gpus for w in workers)
         return f"needs {job.gpus} GPUs on one worker; the largest live worker has {largest}"
+    free = sum(1 for w in fitting if w.current_job_id is None)
+    if job.nodes > 1 and free < job.nodes:
+        return f"needs {job.nodes} workers{_with_gpus(job)}; {free} free"
     if ahead.higher:
         return f"behind {ahead.higher} jobs of higher priority"
     if ahead.others_by_share:
@@ -118,6 +121,10 @@ def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[
     if all(w.current_job_id for w in fitting):
         return "next to run: every worker that fits is busy"
     return "next to run: a free worker is picking it up"
+
+
+def _with_gpus(job: Job) -> str:
+    return f" with {job.gpus} GPUs each" if job.gpus else ""
 
 
 def eta(

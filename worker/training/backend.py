@@ -32,6 +32,7 @@ class Placement:
     gpus: list[int] = field(default_factory=list)
     threads: int | None = None  # intra-op; None: the framework's default (a thread per core)
     interop_threads: int | None = None
+    timeout_seconds: float = 120.0  # a collective waiting longer fails (EPOCHAL_COLLECTIVE_...)
 
     @property
     def is_main(self) -> bool:
