@@ -1,0 +1,111 @@
+"""One job over several workers: two `epochal worker` processes, each with its own home, on
+PostgreSQL + Redis; a 2-node PyTorch job (gloo on CPU) waits holding nothing while only one
+worker is free, starts when a second comes, and trains like one worker's two replicas."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.domain.job_files import JobFiles
+from tests.helpers import Service, running_service, scaled, wait_for_status, wait_until
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("service_env", ["postgres"], indirect=True),
+]
+
+SPEC: dict[str, Any] = {
+    "framework": "pytorch",
+    "dataset": {"name": "digits"},
+    "model": {"hidden_units": [128, 64]},
+    "training": {"epochs": 4, "batch_size": 64},
+    "regularization": {"l2": 0.0001},
+}
+
+
+@pytest.fixture(scope="module")
+def service(service_env: dict[str, str]) -> Iterator[Service]:
+    # Without a worker of its own: each test starts the workers it needs, each on its own home.
+    with running_service(service_env, worker=False, EPOCHAL_DISPATCH_RETRY_SECONDS="2") as svc:
+        yield svc
+
+
+@pytest.fixture
+def client(service: Service) -> Iterator[httpx.Client]:
+    with service.client() as c:
+        yield c
+
+
+def start_worker(service: Service, name: str, home: Path) -> None:
+    service.start_worker(name, {"EPOCHAL_HOME": str(home)})
+
+
+def live_workers(client: httpx.Client) -> list[dict[str, Any]]:
+    return list(client.get("/v1/workers").json()["items"])
+
+
+def submit(client: httpx.Client, **resources: Any) -> str:
+    response = client.post("/v1/jobs", json={**SPEC, "resources": resources})
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def losses(client: httpx.Client, job_id: str) -> list[float]:
+    rows = client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]
+    assert [row["epoch"] for row in rows] == list(range(1, len(rows) + 1))  # once each
+    return [float(row["train_loss"]) for row in rows]
+
+
+def gang_log_lines(homes: list[Path], job_id: str) -> list[str]:
+    lines = []
+    for home in homes:
+        log = JobFiles.of(home / "artifacts", job_id).log
+        if log.exists():
+            lines += [line for line in log.read_text().splitlines() if "gang node" in line]
+    return lines
+
+
+def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
+    service: Service, client: httpx.Client, tmp_path: Path
+) -> None:
+    homes = [tmp_path / "a", tmp_path / "b"]
+    start_worker(service, "a", homes[0])
+    wait_until(lambda: len(live_workers(client)) == 1, 60, "worker a to register")
+    gang = submit(client, nodes=2)
+
+    def reason() -> str:
+        job = client.get(f"/v1/jobs/{gang}").json()
+        assert job["status"] == "queued", job
+        return str((job.get("queue") or {}).get("reason"))
+
+    wait_until(lambda: reason() == "needs 2 workers; 1 free", 30, "the gang's wait reason")
+    time.sleep(scaled(3))  # a few maintenance rounds: still waiting, and holding nothing
+    assert reason() == "needs 2 workers; 1 free"
+    assert [w["busy"] for w in live_workers(client)] == [False]
+
+    start_worker(service, "b", homes[1])
+    done = wait_for_status(client, gang, {"succeeded", "failed", "cancelled"}, 300)
+    assert done["status"] == "succeeded", done["error"]
+    assert (done["result"]["replicas"], done["result"]["strategy"]) == (2, "ddp")
+    lines = gang_log_lines(homes, gang)
+    assert any("gang node 0 of 2" in line for line in lines), lines
+    assert any("gang node 1 of 2" in line for line in lines), lines
+    assert all("rendezvous at tcp://127.0.0.1:" in line for line in lines), lines
+
+    local = submit(client, replicas=2)  # the same global batch on one worker's two replicas
+    done_local = wait_for_status(client, local, {"succeeded", "failed", "cancelled"}, 300)
+    assert done_local["status"] == "succeeded", done_local["error"]
+    two_nodes, two_replicas = losses(client, gang), losses(client, local)
+    assert len(two_nodes) == len(two_replicas) == SPEC["training"]["epochs"]
+    assert two_nodes == pytest.approx(two_replicas, rel=0.01)
+    accuracy = done["result"]["val_accuracy"]
+    assert abs(accuracy - done_local["result"]["val_accuracy"]) <= 0.02  # the replica tolerance
+    wait_until(
+        lambda: not any(w["busy"] for w in live_workers(client)), 30, "both workers to be free"
+    )
