@@ -4,6 +4,7 @@ worker is free, starts when a second comes, and trains like one worker's two rep
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from app.domain.job_files import JobFiles
 from tests.helpers import Service, running_service, scaled, wait_for_status, wait_until
@@ -32,7 +34,9 @@ SPEC: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def service(service_env: dict[str, str]) -> Iterator[Service]:
     # Without a worker of its own: each test starts the workers it needs, each on its own home.
-    with running_service(service_env, worker=False, EPOCHAL_DISPATCH_RETRY_SECONDS="2") as svc:
+    with running_service(
+        service_env, worker=False, EPOCHAL_DISPATCH_RETRY_SECONDS="2", EPOCHAL_LEASE_SECONDS="6"
+    ) as svc:
         yield svc
 
 
@@ -50,8 +54,9 @@ def live_workers(client: httpx.Client) -> list[dict[str, Any]]:
     return list(client.get("/v1/workers").json()["items"])
 
 
-def submit(client: httpx.Client, **resources: Any) -> str:
-    response = client.post("/v1/jobs", json={**SPEC, "resources": resources})
+def submit(client: httpx.Client, epochs: int = 4, **resources: Any) -> str:
+    training = {**SPEC["training"], "epochs": epochs}
+    response = client.post("/v1/jobs", json={**SPEC, "training": training, "resources": resources})
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
 
@@ -109,3 +114,48 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     wait_until(
         lambda: not any(w["busy"] for w in live_workers(client)), 30, "both workers to be free"
     )
+
+
+def rows_by_attempt(service: Service, job_id: str) -> list[tuple[int, int]]:
+    """(epoch, attempt that wrote it) for each stored row, straight from PostgreSQL."""
+    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT epoch, attempt FROM epoch_metric WHERE job_id = :j ORDER BY epoch"),
+                {"j": job_id},
+            )
+            return [(int(e), int(a)) for e, a in rows]
+    finally:
+        engine.dispose()
+
+
+def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
+    service: Service, client: httpx.Client, tmp_path: Path
+) -> None:
+    names = {"p": tmp_path / "p", "q": tmp_path / "q"}
+    for name, home in names.items():
+        start_worker(service, name, home)
+    wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
+    epochs = 12
+    job = submit(client, epochs=epochs, nodes=2)
+    wait_until(lambda: len(rows_by_attempt(service, job)) >= 2, 240, "epoch 2")
+    ranks = {
+        name: line
+        for name, home in names.items()
+        for line in gang_log_lines([home], job)
+        if "gang node 1 of 2" in line
+    }
+    (member,) = ranks  # the worker whose node is rank 1
+    service.stop(member, signal.SIGKILL)  # the worker, its supervisor and (by its death) its child
+    start_worker(service, "r", tmp_path / "r")  # the gang re-forms on the survivor and this one
+    done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
+    assert done["status"] == "succeeded", done["error"]
+    assert done["attempt"] == 2  # re-queued once, as a whole gang
+    requeue = next(t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"])
+    assert "worker_lost" in requeue["reason"] or "lease expired" in requeue["reason"], requeue
+    rows = rows_by_attempt(service, job)
+    assert [epoch for epoch, _ in rows] == list(range(1, epochs + 1))  # rows 1..N once each
+    kept = [epoch for epoch, attempt in rows if attempt == 1]
+    assert kept == list(range(1, len(kept) + 1)) and len(kept) >= 2  # resumed, not restarted
+    assert all(attempt == 2 for epoch, attempt in rows if epoch > len(kept))

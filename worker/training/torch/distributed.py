@@ -65,6 +65,15 @@ def any_rank(flag: bool, placement: Placement) -> bool:
     return max_all(int(flag), placement) > 0
 
 
+def broadcast_bytes(payload: bytes, source: int, placement: Placement) -> bytes:
+    """Rank `source`'s bytes on every rank (pickled by torch.distributed, over the group)."""
+    if placement.replicas == 1:
+        return payload
+    box: list[bytes] = [payload]
+    dist.broadcast_object_list(box, src=source)
+    return box[0]
+
+
 def sum_all(tensor: torch.Tensor, placement: Placement) -> torch.Tensor:
     """Sum a tensor over ranks (sums of losses and counts, never means, P29)."""
     if placement.replicas > 1:
