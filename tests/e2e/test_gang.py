@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,19 @@ def client(service: Service) -> Iterator[httpx.Client]:
         yield c
 
 
-def start_worker(service: Service, name: str, home: Path) -> None:
-    service.start_worker(name, {"EPOCHAL_HOME": str(home)})
+@pytest.fixture
+def start_worker(service: Service, client: httpx.Client) -> Iterator[Callable[[str, Path], None]]:
+    """Start a worker on a home of its own; the test's workers are stopped when it ends."""
+    started: list[str] = []
+
+    def start(name: str, home: Path) -> None:
+        service.start_worker(name, {"EPOCHAL_HOME": str(home)})
+        started.append(name)
+
+    yield start
+    for name in started:
+        service.stop(name)
+    wait_until(lambda: not live_workers(client), 60, "the test's workers to leave")
 
 
 def live_workers(client: httpx.Client) -> list[dict[str, Any]]:
@@ -77,10 +88,10 @@ def gang_log_lines(homes: list[Path], job_id: str) -> list[str]:
 
 
 def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
-    service: Service, client: httpx.Client, tmp_path: Path
+    client: httpx.Client, start_worker: Callable[[str, Path], None], tmp_path: Path
 ) -> None:
     homes = [tmp_path / "a", tmp_path / "b"]
-    start_worker(service, "a", homes[0])
+    start_worker("a", homes[0])
     wait_until(lambda: len(live_workers(client)) == 1, 60, "worker a to register")
     gang = submit(client, nodes=2)
 
@@ -94,7 +105,7 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     assert reason() == "needs 2 workers; 1 free"
     assert [w["busy"] for w in live_workers(client)] == [False]
 
-    start_worker(service, "b", homes[1])
+    start_worker("b", homes[1])
     done = wait_for_status(client, gang, {"succeeded", "failed", "cancelled"}, 300)
     assert done["status"] == "succeeded", done["error"]
     assert (done["result"]["replicas"], done["result"]["strategy"]) == (2, "ddp")
@@ -131,11 +142,14 @@ def rows_by_attempt(service: Service, job_id: str) -> list[tuple[int, int]]:
 
 
 def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
-    service: Service, client: httpx.Client, tmp_path: Path
+    service: Service,
+    client: httpx.Client,
+    start_worker: Callable[[str, Path], None],
+    tmp_path: Path,
 ) -> None:
     names = {"p": tmp_path / "p", "q": tmp_path / "q"}
     for name, home in names.items():
-        start_worker(service, name, home)
+        start_worker(name, home)
     wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
     epochs = 12
     job = submit(client, epochs=epochs, nodes=2)
@@ -148,7 +162,7 @@ def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     }
     (member,) = ranks  # the worker whose node is rank 1
     service.stop(member, signal.SIGKILL)  # the worker, its supervisor and (by its death) its child
-    start_worker(service, "r", tmp_path / "r")  # the gang re-forms on the survivor and this one
+    start_worker("r", tmp_path / "r")  # the gang re-forms on the survivor and this one
     done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
     assert done["status"] == "succeeded", done["error"]
     assert done["attempt"] == 2  # re-queued once, as a whole gang
