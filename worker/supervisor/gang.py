@@ -59,17 +59,21 @@ def advertised(settings: Settings) -> tuple[str, str]:
     url = make_url(settings.sqlalchemy_url)
     if not url.host:
         return "127.0.0.1", "loopback: the database is a local file, so the gang is one host"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((url.host, url.port or 5432))  # UDP: no packet is sent, a route is chosen
-        address = str(probe.getsockname()[0])
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((url.host, url.port or 5432))  # UDP: no packet sent, a route chosen
+            address = str(probe.getsockname()[0])
+    except OSError as exc:  # no route (or no name) now: the host's own name is the best guess
+        return socket.gethostname(), f"the host's name: no route to the database ({exc})"
     return address, f"the interface that routes to the database ({url.host})"
 
 
 def rendezvous(settings: Settings) -> Rendezvous:
-    """This worker's address and a port free now, in case it hosts a gang's rendezvous."""
+    """This worker's address and a port free now, in case it hosts a gang's rendezvous (the
+    store listens on every interface, so the port is taken free on all of them)."""
     address, _ = advertised(settings)
     with socket.socket() as sock:
-        sock.bind((address, 0))
+        sock.bind(("", 0))
         return Rendezvous(address, int(sock.getsockname()[1]))
 
 
