@@ -47,9 +47,9 @@ def add_worker(name: str) -> None:
         session.add(Worker(name=name, hostname="h", pid=1, gpus=0, devices=[], queues=[]))
 
 
-def claim(worker: str) -> Job | Seat | None:
+def claim(worker: str, where: Rendezvous = HOST) -> Job | Seat | None:
     with session_scope() as session:
-        return claim_next(session, worker, 0, get_settings(), HOST)
+        return claim_next(session, worker, 0, get_settings(), where)
 
 
 def job_of(job_id: str) -> Job:
@@ -131,6 +131,21 @@ def test_a_gang_opens_then_forms_when_every_seat_is_held(db_env: dict[str, str])
         assert (host.address, host.port) == (HOST.address, HOST.port)
     third = claim("w3")  # the gang is full: the next worker takes the next job
     assert isinstance(third, Job) and third.id == single
+
+
+def test_two_gangs_at_once_never_share_a_seat_or_a_rendezvous(db_env: dict[str, str]) -> None:
+    first, second = new_job(), new_job()
+    for name in ("w1", "w2", "w3", "w4"):
+        add_worker(name)
+    assert claim("w1", Rendezvous("10.0.0.1", 1001)) == Seat(first, 0, 2)
+    assert claim("w2", Rendezvous("10.0.0.2", 1002)) == Seat(first, 1, 2)  # forms the first
+    assert claim("w3", Rendezvous("10.0.0.3", 1003)) == Seat(second, 0, 2)
+    assert claim("w4", Rendezvous("10.0.0.4", 1004)) == Seat(second, 1, 2)
+    assert seats(first) == [("w1", 0, 1), ("w2", 1, 1)]
+    assert seats(second) == [("w3", 0, 1), ("w4", 1, 1)]
+    with session_scope() as session:
+        hosts = [gang.seats_of(session, job)[0] for job in (first, second)]
+        assert [(h.address, h.port) for h in hosts] == [("10.0.0.1", 1001), ("10.0.0.3", 1003)]
 
 
 def test_a_forming_gang_whose_seat_lapses_lets_its_workers_go(db_env: dict[str, str]) -> None:
