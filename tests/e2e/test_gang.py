@@ -164,8 +164,8 @@ def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     service.stop(member, signal.SIGKILL)  # the worker, its supervisor and (by its death) its child
     start_worker("r", tmp_path / "r")  # the gang re-forms on the survivor and this one
     done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
-    assert done["status"] == "succeeded", done["error"]
-    assert done["attempt"] == 2  # re-queued once, as a whole gang
+    assert done["status"] == "succeeded", (done["error"], done["transitions"])
+    assert done["attempt"] == 2, done["transitions"]  # re-queued once, as a whole gang
     requeue = next(t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"])
     assert "worker_lost" in requeue["reason"] or "lease expired" in requeue["reason"], requeue
     rows = rows_by_attempt(service, job)
