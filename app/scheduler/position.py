@@ -23,6 +23,7 @@ from app.domain import crud
 from app.domain.epoch_stats import totals
 from app.domain.states import ACTIVE
 from app.domain.tables import EpochMetric, Job, Worker, utcnow
+from app.scheduler import gang
 from app.scheduler.claim import fits, heads, shares
 from app.scheduler.policy import fair_order
 from app.schemas.metric_row import EPOCH_SECONDS
@@ -61,11 +62,13 @@ def standing(session: Session, job: Job, settings: Settings) -> Standing:
     fitting = [w for w in workers if w.gpus >= job.gpus]
     reach = min((w.gpus for w in fitting), default=job.gpus)  # the smallest worker that fits
     ahead = jobs_ahead(session, job, reach, settings, now)
-    return Standing(
-        ahead.total + 1,
-        reason(job, ahead, workers, fitting),
-        eta(session, job, ahead, fitting, now),
+    seated = len(gang.seats_of(session, job.id)) if job.nodes > 1 else 0
+    why = (
+        f"forming its gang: {seated} of {job.nodes} workers joined"
+        if seated
+        else reason(job, ahead, workers, fitting)
     )
+    return Standing(ahead.total + 1, why, eta(session, job, ahead, fitting, now))
 
 
 def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: datetime) -> Ahead:

@@ -121,6 +121,11 @@ def test_a_gang_opens_then_forms_when_every_seat_is_held(db_env: dict[str, str])
         add_worker(name)
     assert claim("w1") == Seat(job_id, 0, 2)  # oldest first: it hosts the rendezvous
     assert job_of(job_id).status == JobStatus.queued  # forming: not running yet
+    with session_scope() as session:
+        forming = crud.get_job(session, job_id)
+        assert forming is not None
+        why = standing(session, forming, get_settings()).reason
+        assert why == "forming its gang: 1 of 2 workers joined"
     assert busy_with("w1") == job_id  # counted busy: no second gang counts it as free
     assert claim("w2") == Seat(job_id, 1, 2)  # a woken worker joins before picking anything
     job = job_of(job_id)
