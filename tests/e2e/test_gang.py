@@ -173,3 +173,36 @@ def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     kept = [epoch for epoch, attempt in rows if attempt == 1]
     assert kept == list(range(1, len(kept) + 1)) and len(kept) >= 2  # resumed, not restarted
     assert all(attempt == 2 for epoch, attempt in rows if epoch > len(kept))
+
+
+def test_a_killed_rank_0_is_reaped_and_the_gang_forms_again(
+    service: Service,
+    client: httpx.Client,
+    start_worker: Callable[[str, Path], None],
+    tmp_path: Path,
+) -> None:
+    """Rank 0's worker holds the job's lease: killed, the lease runs out, the reaper re-queues
+    the job, the gang's seats are released, and it forms again on the survivor and a new
+    worker. Its checkpoints were on the dead worker's own disk, so the job starts over: rows
+    1..N once each all the same."""
+    names = {"s": tmp_path / "s", "t": tmp_path / "t"}
+    for name, home in names.items():
+        start_worker(name, home)
+    wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
+    epochs = 6
+    job = submit(client, epochs=epochs, nodes=2)
+    wait_until(lambda: len(rows_by_attempt(service, job)) >= 2, 240, "epoch 2")
+    hosts = [
+        n
+        for n, home in names.items()
+        if any("gang node 0 of 2" in line for line in gang_log_lines([home], job))
+    ]
+    (host,) = hosts
+    service.stop(host, signal.SIGKILL)
+    start_worker("u", tmp_path / "u")
+    done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
+    assert done["status"] == "succeeded", (done["error"], done["transitions"])
+    assert done["attempt"] == 2, done["transitions"]
+    requeue = next(t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"])
+    assert "lease expired" in requeue["reason"], requeue
+    assert [epoch for epoch, _ in rows_by_attempt(service, job)] == list(range(1, epochs + 1))
