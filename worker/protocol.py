@@ -40,6 +40,7 @@ STOP_SIGNAL = signal.SIGUSR1  # "stop at the next step boundary"; the stop file 
 SUPERVISOR_ENV = "EPOCHAL_SUPERVISOR_PID"  # the runner tells its child who its parent is
 SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold child
 DDP_INIT_ENV = "EPOCHAL_DDP_INIT"  # the DDP ranks' rendezvous (a file:// URL in the job dir)
+GANG_ENV = "EPOCHAL_GANG_NODE"  # a multi-node job's node: NODE_RANK,NODES (see GangNode)
 EXIT_ORPHANED = 75  # the child found its supervisor gone before it could start
 # How often the child rewrites its progress file, and the supervisor passes a change on to the
 # job row (with a lease renewal): a bar moves within an epoch, the database never sees a step.
@@ -163,6 +164,27 @@ class Threads:
         if intra < 1 or inter < 1:
             raise ValueError(f"thread counts must be at least 1, not {text!r}")
         return cls(intra, inter)
+
+
+@dataclass(frozen=True)
+class GangNode:
+    """This worker's node of a multi-node job: its rank among `nodes`, and where rank 0's
+    node hosts the rendezvous (a tcp:// URL, given to the child as DDP_INIT_ENV)."""
+
+    rank: int
+    nodes: int
+    init_url: str
+
+    def env(self) -> dict[str, str]:
+        """What the child's environment says of it."""
+        return {GANG_ENV: f"{self.rank},{self.nodes}", DDP_INIT_ENV: self.init_url}
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> GangNode | None:
+        if GANG_ENV not in env:
+            return None
+        rank, nodes = (int(part) for part in env[GANG_ENV].split(","))
+        return cls(rank, nodes, env[DDP_INIT_ENV])
 
 
 def child_argv(

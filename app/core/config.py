@@ -64,6 +64,17 @@ class Settings(BaseSettings):
         le=4096,
         description="CPU threads its training processes share (default: its CPUs less one).",
     )
+    worker_address: str | None = Field(
+        None,
+        description="Address a multi-node job's other workers reach this one at (default: the "
+        "interface that routes to the database).",
+    )
+    collective_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="A DDP collective (or rendezvous) waiting longer fails the attempt.",
+    )
     heartbeat_seconds: float = Field(5.0, gt=0, le=300)
     lease_seconds: float = Field(
         30.0, gt=0, le=3600, description="A job whose lease is this old is re-queued."

@@ -56,6 +56,7 @@ def create_job(
         spec=spec.model_dump(mode="json"),
         queue=queue,
         gpus=spec.resources.gpus,
+        nodes=spec.resources.nodes,
         max_restarts=spec.max_restarts,
         priority=spec.priority,
         preemptible=spec.preemptible,
@@ -289,7 +290,10 @@ def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None
     largest = max(w.gpus for w in workers)
     if largest < job.gpus:
         return f"waiting for a worker with ≥ {job.gpus} GPUs; largest live worker has {largest}"
-    if all(w.current_job_id for w in workers if w.gpus >= job.gpus):
+    free = sum(1 for w in workers if w.gpus >= job.gpus and w.current_job_id is None)
+    if job.nodes > 1 and free < job.nodes:
+        return f"waiting for {job.nodes} free workers at once (a gang); {free} free"
+    if not free:
         return "waiting for a free worker: every worker that fits is busy"
     return "waiting to be picked up"
 

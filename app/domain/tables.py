@@ -116,6 +116,8 @@ class Job(Base):
     # The epoch in progress by steps (app.schemas.api.StepProgress), as the supervisor last
     # passed it on from its training child; null unless an attempt trains (migration 0011).
     step_progress: Mapped[dict[str, Any] | None]
+    # Workers the job runs on at once (migration 0012): > 1 is a gang (app.scheduler.gang).
+    nodes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),
@@ -280,3 +282,23 @@ class Worker(Base):
     # What the worker can give one job (admission compares a job's estimated cost with these).
     memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     disk_free_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class GangMember(Base):
+    """A worker's seat in a multi-node job's gang (app.scheduler.gang): forming while the job
+    is queued, running once all `nodes` seats are held; each seat has a lease of its own."""
+
+    __tablename__ = "gang_member"
+
+    job_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    worker: Mapped[str] = mapped_column(String(255), primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer)  # the node's rank: 0 hosts the rendezvous
+    attempt: Mapped[int | None] = mapped_column(Integer)  # set when the gang forms
+    address: Mapped[str | None] = mapped_column(String(255))  # rank 0's, for the rendezvous
+    port: Mapped[int | None] = mapped_column(Integer)
+    joined_at: Mapped[datetime] = mapped_column(default=utcnow)
+    lease_expires_at: Mapped[datetime]
+    # seated, done (its training process ended cleanly) or lost (it died, or failed)
+    state: Mapped[str] = mapped_column(String(8), default="seated")
+
+    __table_args__ = (UniqueConstraint("job_id", "rank", name="uq_gang_member_job_rank"),)

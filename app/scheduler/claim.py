@@ -5,7 +5,8 @@ message is a wake-up for a slot): priority, then the keys' fair share, then age.
 claims at most one job and every queued job has had one sent, so a job is never lost; the pick
 and the claim are one transaction, the pick's row locked FOR UPDATE SKIP LOCKED on PostgreSQL
 (two workers pick two jobs) and under SQLite's single-writer lock (BEGIN IMMEDIATE), and the
-claim is the conditional UPDATE of crud.claim_job, so a job is never run twice.
+claim is the conditional UPDATE of crud.claim_job, so a job is never run twice. A multi-node
+job is picked only while enough workers are free, and then seats a gang (app.scheduler.gang).
 """
 
 from __future__ import annotations
@@ -22,16 +23,30 @@ from app.domain import crud
 from app.domain.states import JobStatus
 from app.domain.tables import ApiKey, Job, utcnow
 from app.domain.usage import usage
-from app.scheduler import stats
+from app.scheduler import gang, stats
+from app.scheduler.gang import Rendezvous, Seat
 from app.scheduler.policy import Share, fair_order
 
 
-def claim_next(session: Session, worker: str, gpus: int, settings: Settings) -> Job | None:
-    """Queued -> running for this worker: the job the policy puts first among those that fit."""
+def claim_next(
+    session: Session,
+    worker: str,
+    gpus: int,
+    settings: Settings,
+    where: Rendezvous | None = None,
+) -> Job | Seat | None:
+    """Queued -> running for this worker: the job the policy puts first among those that fit;
+    a seat in a forming gang before that, and seat 0 of a multi-node job's gang (app.scheduler.
+    gang), `where` its rendezvous if this worker hosts it."""
+    seat = gang.join_forming(session, worker, gpus, settings)
+    if seat is not None:
+        return seat
     for _ in range(3):  # a pick another worker claimed first (SQLite has no row locks)
         job_id = next_job(session, gpus, settings, utcnow())
         if job_id is None:
             return None
+        if session.scalar(select(Job.nodes).where(Job.id == job_id)) != 1:
+            return gang.open_gang(session, job_id, worker, where, settings)
         job = crud.claim_job(session, job_id, worker, settings.lease_seconds)
         if job is not None:
             stats.count_wait(session, job.id)
@@ -46,7 +61,7 @@ def fits(gpus: int) -> list[ColumnElement[bool]]:
 
 def next_job(session: Session, gpus: int, settings: Settings, now: datetime) -> str | None:
     """The id of the job a free worker with `gpus` GPUs runs next (locked until commit)."""
-    where = fits(gpus)
+    where = [*fits(gpus), *gang.admissible(settings, now)]
     priority = session.scalar(select(func.max(Job.priority)).where(*where))
     while priority is not None:
         found = _at_priority(session, where, priority, settings, now)

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from app.core.config import Settings
 from app.domain import crud
 from app.domain.tables import Job, Worker, utcnow
+from app.scheduler import gang
 from app.scheduler.claim import fits, heads, shares
 from app.scheduler.durations import expected_seconds, remaining
 from app.scheduler.policy import fair_order
@@ -59,11 +60,13 @@ def standing(session: Session, job: Job, settings: Settings) -> Standing:
     fitting = [w for w in workers if w.gpus >= job.gpus]
     reach = min((w.gpus for w in fitting), default=job.gpus)  # the smallest worker that fits
     ahead = jobs_ahead(session, job, reach, settings, now)
-    return Standing(
-        ahead.total + 1,
-        reason(job, ahead, workers, fitting),
-        eta(session, job, ahead, fitting, now),
+    seated = len(gang.seats_of(session, job.id)) if job.nodes > 1 else 0
+    why = (
+        f"forming its gang: {seated} of {job.nodes} workers joined"
+        if seated
+        else reason(job, ahead, workers, fitting)
     )
+    return Standing(ahead.total + 1, why, eta(session, job, ahead, fitting, now))
 
 
 def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: datetime) -> Ahead:
@@ -107,6 +110,9 @@ def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[
     if not fitting:
         largest = max(w.gpus for w in workers)
         return f"needs {job.gpus} GPUs on one worker; the largest live worker has {largest}"
+    free = sum(1 for w in fitting if w.current_job_id is None)
+    if job.nodes > 1 and free < job.nodes:
+        return f"needs {job.nodes} workers{_with_gpus(job)}; {free} free"
     if ahead.higher:
         return f"behind {ahead.higher} jobs of higher priority"
     if ahead.others_by_share:
@@ -116,6 +122,10 @@ def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[
     if all(w.current_job_id for w in fitting):
         return "next to run: every worker that fits is busy"
     return "next to run: a free worker is picking it up"
+
+
+def _with_gpus(job: Job) -> str:
+    return f" with {job.gpus} GPUs each" if job.gpus else ""
 
 
 def eta(

@@ -56,6 +56,7 @@ CLASS_NAMES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 MAX_PARAMETERS = 50_000_000
 MAX_FLOPS_PER_SAMPLE = 200_000_000_000
+MAX_NODES = 16  # workers one job may span (a gang)
 
 
 class DatasetSpec(StrictModel):
@@ -155,6 +156,13 @@ class ResourcesSpec(StrictModel):
 
     gpus: int = Field(0, ge=0, le=64, description="GPUs the worker must own; 0 trains on CPU")
     replicas: int | None = Field(None, ge=1, le=64, description="default max(gpus, 1)")
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=MAX_NODES,
+        description="workers the job runs on at once (a gang), each with gpus and replicas; "
+        "> 1: PyTorch on CPU only, for now",
+    )
     strategy: Literal["auto", "single", "mirrored", "ddp"] = Field(
         "auto", description="auto: mirrored (TensorFlow) or ddp (PyTorch) when replicas > 1"
     )
@@ -171,7 +179,13 @@ class ResourcesSpec(StrictModel):
 
     @property
     def replica_count(self) -> int:
+        """Replicas on each node."""
         return self.replicas or max(self.gpus, 1)
+
+    @property
+    def world_size(self) -> int:
+        """Replicas over all nodes: the global batch is split over these."""
+        return self.nodes * self.replica_count
 
 
 SPEC_EXAMPLE: dict[str, Any] = {
@@ -323,13 +337,33 @@ def _check_resources(spec: JobSpec) -> None:
         raise ValueError("strategy mirrored is TensorFlow's; PyTorch uses ddp")
     if res.strategy == "ddp" and spec.framework != "pytorch":
         raise ValueError("strategy ddp is PyTorch's; TensorFlow uses mirrored")
-    if spec.training.batch_size % replicas:
+    _check_nodes(spec)
+    if spec.training.batch_size % res.world_size:
         raise ValueError(
             f"training.batch_size {spec.training.batch_size} (the global batch) must divide "
-            f"by the replica count {replicas}"
+            f"by the replica count {res.world_size} (nodes × replicas)"
         )
     if res.precision == "fp16" and res.gpus == 0:
         raise ValueError("precision fp16 needs a GPU; on CPU use fp32 or bf16")
+
+
+def _check_nodes(spec: JobSpec) -> None:
+    """What a gang cannot run yet is refused at the door, not at the workers."""
+    res = spec.resources
+    if res.nodes == 1:
+        return
+    if spec.framework != "pytorch":
+        raise ValueError(
+            "resources.nodes > 1 is not supported yet for TensorFlow (no MultiWorkerMirrored"
+            "Strategy yet); use PyTorch, or nodes 1 with replicas"
+        )
+    if res.gpus:
+        raise ValueError(
+            "resources.nodes > 1 with gpus > 0 is not supported yet (NCCL across workers is "
+            "untested); multi-node jobs train on CPU (gpus 0, gloo)"
+        )
+    if res.strategy == "single":
+        raise ValueError("strategy single runs one replica; a multi-node job uses ddp")
 
 
 def input_shape_and_classes(spec: JobSpec) -> tuple[tuple[int, ...], int] | None:

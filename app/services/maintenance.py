@@ -19,6 +19,7 @@ from app.core.log_setup import job_context
 from app.domain import crud, retention, usage
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
+from app.scheduler import gang
 from app.scheduler.preempt import preempt_round
 from app.services import sweeps
 from app.services.dispatch import Sent, dispatch
@@ -80,7 +81,7 @@ def _needs_sending(session: Session, job: Job, settings: Settings) -> bool:
         for w in crud.live_workers(session, 3 * settings.heartbeat_seconds)
         if w.gpus >= job.gpus and w.current_job_id is None
     ]
-    return bool(idle)
+    return len(idle) >= job.nodes  # a gang's message waits for enough free workers
 
 
 def _queue_expired(job: Job) -> int | None:
@@ -115,9 +116,21 @@ def expire_and_redispatch(session: Session, settings: Settings) -> None:
                     log.info("re-sent job %s to %s", job.id, job.queue)
 
 
+def release_gangs(settings: Settings) -> None:
+    """Gangs that cannot form (a seat lapsed) or whose job ended let their workers go."""
+    with session_scope() as session:
+        woken = gang.dissolve_stale(session, settings)
+    for job_id in woken:
+        with session_scope() as session:
+            job = crud.get_job(session, job_id)
+            if job is not None and job.status == JobStatus.queued:
+                dispatch(session, job)
+
+
 def run_once(settings: Settings) -> None:
     with session_scope() as session:
         reap_lost_workers(session)
+    release_gangs(settings)
     with session_scope() as session:  # make room for a queued job far above a running one
         preempt_round(session, settings)
     with session_scope() as session:

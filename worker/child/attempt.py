@@ -27,7 +27,7 @@ from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_aft
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
-from worker.training.checkpoint import Checkpointer
+from worker.training.checkpoint import Checkpointer, share_newest
 from worker.training.data import DataError, Splits, load_splits
 from worker.training.disk import undone_if_full
 from worker.training.early_stopping import EarlyStopping
@@ -155,6 +155,8 @@ def train(
             return Outcome.failure(ErrorCode.invalid_data, str(exc))
     with phase(timings, "build_s"):
         backend = create_backend(spec, splits, placement)
+    if placement.replicas > spec.resources.replica_count:  # a gang: each node has its own files
+        share_newest(JobFiles(workdir).checkpoints, backend, placement.rank)
     record: list[Callback] = []
     progress = writing_progress(state, workdir, attempt) if backend.is_main else nullcontext()
     if backend.is_main:
@@ -203,6 +205,8 @@ def run_attempt(
     checkpointer.watch(callbacks)
     if checkpointer.restore(state):
         log.info("resuming from the checkpoint of epoch %d", state.epoch)
+    if backend.agree(state.epoch) != -backend.agree(-state.epoch):  # ranks would not match up
+        raise RuntimeError("the ranks resumed from different epochs; no rank trains alone")
     started = time.perf_counter()
     fitted = fit(backend, state, callbacks, validate)
     seconds = time.perf_counter() - started

@@ -38,10 +38,12 @@ from worker.protocol import (
     CHILD_MODULE,
     DDP_INIT_ENV,
     EXIT_ORPHANED,
+    GANG_ENV,
     SPAWNED_ENV,
     STOP_SIGNAL,
     SUPERVISOR_ENV,
     Assignment,
+    GangNode,
     JobConfigError,
     Outcome,
     Threads,
@@ -94,16 +96,21 @@ def placement_for(spec: JobSpec, rank: int, threads: Threads | None) -> Placemen
     Started by hand without them, DDP ranks split the CPUs this process may run on (its
     affinity, not the host's core count), so they do not oversubscribe."""
     replicas = spec.resources.replica_count
-    ddp = spec.framework == "pytorch" and replicas > 1
+    node = GangNode.from_env(dict(os.environ))
+    world = replicas * (node.nodes if node else 1)
+    ddp = spec.framework == "pytorch" and world > 1
     if threads is None and ddp:
         threads = Threads(max(1, len(os.sched_getaffinity(0)) // replicas), 1)
     gpus = ([rank] if ddp else list(range(replicas))) if spec.resources.gpus else []
     return Placement(
-        replicas=replicas if ddp or spec.framework == "tensorflow" else 1,
-        rank=rank,
+        # A node of a gang is its replicas' share of the ranks: global rank = node × replicas
+        # + local rank, so the global batch is split over every node's replicas.
+        replicas=world if ddp or spec.framework == "tensorflow" else 1,
+        rank=rank + (node.rank * replicas if node else 0),
         gpus=gpus,
         threads=None if threads is None else threads.intra,
         interop_threads=None if threads is None else threads.inter,
+        timeout_seconds=get_settings().collective_timeout_seconds,
     )
 
 
@@ -122,7 +129,9 @@ def run_ranks(
     store.unlink(missing_ok=True)
     # A rank still starting when this process dies is re-parented before it can ask for
     # PR_SET_PDEATHSIG: told who its parent is, it sees that and exits (die_with_parent).
-    env = {**os.environ, DDP_INIT_ENV: f"file://{store}", SUPERVISOR_ENV: str(os.getpid())}
+    # A gang's node meets the others where its supervisor said (GangNode): keep that.
+    init = os.environ.get(DDP_INIT_ENV) if GANG_ENV in os.environ else f"file://{store}"
+    env = {**os.environ, DDP_INIT_ENV: str(init), SUPERVISOR_ENV: str(os.getpid())}
     ranks = [
         subprocess.Popen(child_argv(job_id, attempt, rank, threads), env=env)
         for rank in range(replicas)
@@ -227,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir = files.root
     spec = JobSpec.model_validate_json(files.spec.read_text())
     placement = placement_for(spec, args.rank or 0, args.threads)
-    if args.rank is None and spec.framework == "pytorch" and placement.replicas > 1:
-        return run_ranks(args.job_id, args.attempt, workdir, placement.replicas, args.threads)
+    local = spec.resources.replica_count  # this node's ranks (a gang's others run elsewhere)
+    if args.rank is None and spec.framework == "pytorch" and local > 1:
+        return run_ranks(args.job_id, args.attempt, workdir, local, args.threads)
     state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
     listen_for_stop(state, workdir, args.attempt)
     from worker.child.attempt import (

@@ -27,6 +27,7 @@ from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line, cap_log
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import utcnow
+from app.scheduler.gang import Seat
 from app.schemas.job_spec import JobSpec
 from worker.protocol import (
     SPAWNED_ENV,
@@ -38,7 +39,7 @@ from worker.protocol import (
     read_outcome,
     request_stop,
 )
-from worker.supervisor import shutdown, wakeup
+from worker.supervisor import gang, shutdown, wakeup
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record
 from worker.supervisor.lease import LeaseKeeper
@@ -64,6 +65,8 @@ class Attempt:
     killed_at: float | None = None
     lost: bool = False
     memory: MemoryWatch = field(default_factory=MemoryWatch)  # for an OOM verdict at the end
+    formed: gang.Formed | None = None  # this worker's node of a multi-node job's gang
+    broken: str | None = None  # rank 0: why the gang could not go on (a member lost)
 
 
 def run_job(job_id: str, worker_name: str) -> None:
@@ -81,14 +84,23 @@ def run_job(job_id: str, worker_name: str) -> None:
             job_id,
         )
         return
-    woken_for, (job_id, attempt, stored, started_at) = job_id, claimed
-    if woken_for != job_id:  # this message went to another job: its own job needs one again
-        wakeup.resend(woken_for)
+    woken_for, formed = job_id, None
+    if isinstance(claimed, Seat):  # a seat in a multi-node job's gang: wait until it forms
+        if claimed.job_id != woken_for:
+            wakeup.resend(woken_for)
+        formed = gang.wait_formed(settings, claimed, worker_name)
+        if formed is None:
+            log.info("job %s: the gang did not form; this worker is free again", claimed.job_id)
+            return
+        claimed = (formed.job_id, formed.attempt, formed.spec, formed.started_at)
+    job_id, attempt, stored, started_at = claimed
+    if woken_for != job_id and formed is None:  # the message went to another job: its own
+        wakeup.resend(woken_for)  # job needs one again
     spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
     _set_current_job(worker_name, job_id)
     try:
         with job_context(job_id):
-            _run_attempt(settings, job_id, attempt, spec, started_at)
+            _run_attempt(settings, job_id, attempt, spec, started_at, formed)
     finally:
         _set_current_job(worker_name, None)
         if not shutdown.requested():  # a no-op unless the waiting child is gone
@@ -96,7 +108,12 @@ def run_job(job_id: str, worker_name: str) -> None:
 
 
 def _run_attempt(
-    settings: Settings, job_id: str, attempt: int, spec: JobSpec, started_at: datetime
+    settings: Settings,
+    job_id: str,
+    attempt: int,
+    spec: JobSpec,
+    started_at: datetime,
+    formed: gang.Formed | None = None,
 ) -> None:
     """Start the child (unless its time is used up or the disk is full) and see it end."""
     # max_runtime_seconds counts from the first start, across attempts.
@@ -105,7 +122,7 @@ def _run_attempt(
         record(settings, job_id, attempt, _out_of_time(spec))
         return
     try:
-        run = start_child(settings, job_id, attempt, spec, left)
+        run = start_child(settings, job_id, attempt, spec, left, formed)
     except OSError as exc:  # the job's spec or log could not be written
         if not is_disk_full(exc):
             raise
@@ -134,7 +151,12 @@ def _out_of_time(spec: JobSpec) -> Outcome:
 
 
 def start_child(
-    settings: Settings, job_id: str, attempt: int, spec: JobSpec, seconds: float
+    settings: Settings,
+    job_id: str,
+    attempt: int,
+    spec: JobSpec,
+    seconds: float,
+    formed: gang.Formed | None = None,
 ) -> Attempt:
     files = JobFiles.of(settings.resolved_artifacts_dir, job_id)
     workdir = files.root
@@ -146,7 +168,10 @@ def start_child(
     threads = threads_for(spec, cpu_budget(settings))
     pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
     append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s, {pools})")
-    process = POOL.assign(spec.framework, job_id, attempt, threads)
+    if formed is not None:
+        append_line(workdir, gang.describe(settings, formed))
+    # A gang's node is started cold: its environment names its rank and the rendezvous.
+    process = None if formed else POOL.assign(spec.framework, job_id, attempt, threads)
     # The next child of this kind imports its framework while this one trains, so a job that
     # comes right after this one ends (a sweep's next trial) starts warm too.
     warm_up(settings, [spec.framework])
@@ -159,15 +184,19 @@ def start_child(
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**child_env(), SPAWNED_ENV: str(time.time())},
+                env={**child_env(), SPAWNED_ENV: str(time.time()), **gang.node_env(formed)},
             )
     now = time.monotonic()
-    return Attempt(job_id, attempt, workdir, now + seconds, process, renewed_at=now)
+    return Attempt(job_id, attempt, workdir, now + seconds, process, renewed_at=now, formed=formed)
 
 
 def supervise(settings: Settings, run: Attempt) -> None:
     """Until the child exits: keep the lease, relay cancel and deadline, escalate stops."""
-    lease = LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at, run.workdir)
+    lease = (
+        LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at, run.workdir)
+        if run.formed is None
+        else gang.SeatKeeper(settings, run.formed, run.renewed_at, run.workdir)
+    )
     lease.start()
     try:
         _watch(settings, run, lease)
@@ -206,6 +235,10 @@ def _still_ours(run: Attempt, lease: LeaseKeeper, now: float) -> bool:
     if lease.expiring(now):  # renewals failed or hang: the database is away or unreachable
         _lose(run, "could not renew the lease; stopping before it expires")
         return False
+    if lease.broken and run.broken is None:  # a gang's member is gone: the attempt is over
+        run.broken = lease.broken
+        _signal(run, signal.SIGKILL)
+        _note(run, f"{lease.broken}: killed the training process (the gang stops whole)")
     if lease.status == JobStatus.cancelling:
         _request_stop(run, StopReason.cancelled)
     elif lease.preempted:  # a higher-priority job asked for this worker: stop at the epoch
@@ -287,8 +320,16 @@ def record_end(settings: Settings, run: Attempt) -> None:
         log.warning("job %s attempt %s: lease lost; leaving the job", run.job_id, run.attempt)
         return
     outcome = outcome_of(run)
+    if run.formed is not None and run.formed.node.rank:  # rank 0 writes the gang's end
+        _note(run, f"ended: exit code {run.process.returncode}")
+        gang.end_seat(run.formed, clean=run.process.returncode == 0)
+        return
+    if run.formed is not None:
+        outcome = gang.settle(settings, run.formed, outcome, run.broken)
     _note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
     # Bounded by one lease, then the reaper decides; a try whose commit was lost and landed
     # finds the attempt ended, and the fenced writes change nothing.
     within = settings.lease_seconds
     retrying(lambda: record(settings, run.job_id, run.attempt, outcome), within, "job end")
+    if run.formed is not None:
+        gang.release(run.formed)

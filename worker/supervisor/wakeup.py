@@ -16,20 +16,31 @@ from app.core.db import session_scope
 from app.domain import crud
 from app.domain.states import JobStatus
 from app.scheduler.claim import claim_next
+from app.scheduler.gang import Seat
 from app.services.dispatch import dispatch
+from worker.supervisor import gang
 
 log = logging.getLogger(__name__)
 
 
-def claim(settings: Settings, worker_name: str) -> tuple[str, int, Any, datetime] | None:
-    """(job id, attempt, stored spec, first start) of the attempt this worker just claimed."""
+Claimed = tuple[str, int, Any, datetime]  # job id, attempt, stored spec, first start
+
+
+def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
+    """The attempt this worker just claimed, or its seat in a multi-node job's gang (it
+    opened the gang, seat 0: the other seats get wake-ups now)."""
+    where = gang.rendezvous(settings)
     with session_scope() as session:
         gpus = len(settings.worker_gpu_ids)
-        job = claim_next(session, worker_name, gpus, settings)
-        if job is None:
-            return None
-        assert job.started_at is not None  # a claim sets it
-        return job.id, job.attempt, job.spec, job.started_at
+        job = claim_next(session, worker_name, gpus, settings, where)
+        if job is None or isinstance(job, Seat):
+            seat = job
+        else:
+            assert job.started_at is not None  # a claim sets it
+            return job.id, job.attempt, job.spec, job.started_at
+    if seat is not None and seat.rank == 0:
+        gang.wake_others(seat.job_id, seat.nodes)
+    return seat
 
 
 def resend(job_id: str) -> None:

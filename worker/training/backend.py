@@ -32,6 +32,7 @@ class Placement:
     gpus: list[int] = field(default_factory=list)
     threads: int | None = None  # intra-op; None: the framework's default (a thread per core)
     interop_threads: int | None = None
+    timeout_seconds: float = 120.0  # a collective waiting longer fails (EPOCHAL_COLLECTIVE_...)
 
     @property
     def is_main(self) -> bool:
@@ -76,6 +77,9 @@ class Backend(Protocol):
 
     def agree(self, value: int) -> int:
         """The largest value any rank holds, on every rank (so no rank decides alone)."""
+
+    def broadcast(self, payload: bytes, source: int) -> bytes:
+        """Rank `source`'s bytes, on every rank (a checkpoint another node lacks)."""
 
     def close(self, exiting: bool = False) -> None:
         """Leave the process group; free the framework's state unless the process ends now."""

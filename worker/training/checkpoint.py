@@ -11,10 +11,12 @@ restoring falls back to the newest checkpoint that is whole.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import shutil
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from worker.training.disk import undone_if_full
 log = logging.getLogger(__name__)
 LOOP_STATE = "loop.json"
 MANIFEST = "manifest.json"  # written last: each file's size, so a torn checkpoint is seen
+NOBODY = 1 << 30  # a rank number no gang reaches
 
 
 class Checkpointer(Callback):
@@ -154,6 +157,51 @@ def _is_whole(path: Path) -> bool:
     except (OSError, ValueError, KeyError, TypeError):
         return False
     return True
+
+
+def share_newest(root: Path, backend: Backend, rank: int) -> None:
+    """A gang's nodes keep files of their own (a home each): the newest whole checkpoint any
+    rank holds is sent to every rank that lacks it, so a re-queued gang resumes whole from
+    its last rank 0's checkpoint, on whichever workers it formed on this time."""
+    found = whole_checkpoints(root)
+    mine = _epoch_of(found[0]) if found else 0
+    newest = backend.agree(mine)
+    if newest == 0 or -backend.agree(-mine) == newest:
+        return  # nobody has one, or every rank has the newest already
+    holder = -backend.agree(-(rank if mine == newest else NOBODY))  # the lowest rank with it
+    payload = backend.broadcast(_pack(found[0]) if rank == holder else b"", holder)
+    if mine < newest:
+        _adopt(root, f"epoch-{newest:04d}", payload)
+        log.info("took the checkpoint of epoch %d from rank %d", newest, holder)
+
+
+def _epoch_of(checkpoint: Path) -> int:
+    return int(json.loads((checkpoint / LOOP_STATE).read_text())["epoch"])
+
+
+def _pack(checkpoint: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(checkpoint, arcname=".")
+    return buffer.getvalue()
+
+
+def _adopt(root: Path, name: str, payload: bytes) -> None:
+    """Unpack another rank's checkpoint as `name` and point `latest` at it, atomically."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp, final = root / f".tmp-{name}-{os.getpid()}", root / name
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
+        tar.extractall(tmp, filter="data")  # plain files only, inside tmp
+    if final.exists():  # another rank of this node took it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:  # its manifest came along: fsync what it lists, as a checkpoint written here is
+        for path in (p for p in tmp.rglob("*") if p.is_file()):
+            _fsync_file(path)
+        _fsync_dir(tmp)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    _write_atomic(latest_pointer(root), name)
 
 
 def latest_epoch(root: Path) -> int:

@@ -289,6 +289,9 @@ class TFBackend:
     def agree(self, value: int) -> int:
         return value  # one process drives every replica of a MirroredStrategy
 
+    def broadcast(self, payload: bytes, source: int) -> bytes:
+        return payload  # one process: nobody else to send it to
+
     def close(self, exiting: bool = False) -> None:
         if not exiting:  # ~0.2 s that a training process about to exit need not spend
             keras.backend.clear_session()

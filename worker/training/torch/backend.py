@@ -259,6 +259,9 @@ class TorchBackend:
     def agree(self, value: int) -> int:
         return distributed.max_all(value, self.placement)
 
+    def broadcast(self, payload: bytes, source: int) -> bytes:
+        return distributed.broadcast_bytes(payload, source, self.placement)
+
     def close(self, exiting: bool = False) -> None:
         distributed.shutdown(self.placement)  # ranks leave together, exiting or not
 

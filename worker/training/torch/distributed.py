@@ -1,7 +1,8 @@
 """DDP plumbing: process group, model wrapping and the cross-rank reductions the loop needs.
 
 One process per replica (started by worker.child.launch, never by the Celery process); gloo on
-CPU, NCCL on GPUs; rendezvous through a file in the job's directory, so jobs never fight over ports.
+CPU, NCCL on GPUs; rendezvous through a file in the job's directory, so jobs never fight over ports,
+or for a multi-node job at the tcp:// address and fresh port rank 0's worker published.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def setup(placement: Placement) -> None:
         init_method=os.environ[DDP_INIT_ENV],
         rank=placement.rank,
         world_size=placement.replicas,
-        timeout=timedelta(seconds=120),  # a stuck collective fails the job instead of hanging
+        # A stuck collective (a rank gone, a node stalled) fails the job instead of hanging.
+        timeout=timedelta(seconds=placement.timeout_seconds),
     )
 
 
@@ -61,6 +63,15 @@ def max_all(value: int, placement: Placement) -> int:
 def any_rank(flag: bool, placement: Placement) -> bool:
     """True everywhere if true anywhere."""
     return max_all(int(flag), placement) > 0
+
+
+def broadcast_bytes(payload: bytes, source: int, placement: Placement) -> bytes:
+    """Rank `source`'s bytes on every rank (pickled by torch.distributed, over the group)."""
+    if placement.replicas == 1:
+        return payload
+    box: list[bytes] = [payload]
+    dist.broadcast_object_list(box, src=source)
+    return box[0]
 
 
 def sum_all(tensor: torch.Tensor, placement: Placement) -> torch.Tensor:

@@ -1,0 +1,230 @@
+"""Multi-node jobs: resources.nodes at the door, and gang admission in SQL on SQLite and
+PostgreSQL (a gang opens only while enough workers are free, forms when every seat is held,
+and lets its workers go when it cannot form)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+from sqlalchemy import select, update
+
+from app.core.config import get_settings
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain.states import JobStatus
+from app.domain.tables import GangMember, Job, Worker, utcnow
+from app.main import create_app
+from app.scheduler import gang
+from app.scheduler.claim import claim_next
+from app.scheduler.gang import Rendezvous, Seat
+from app.scheduler.position import standing
+from app.schemas.job_spec import JobSpec
+
+HOST = Rendezvous("10.0.0.1", 29500)
+
+
+def gang_spec(nodes: int = 2, **resources: object) -> dict[str, object]:
+    return {
+        "framework": "pytorch",
+        "dataset": {"name": "digits"},
+        "resources": {"nodes": nodes, **resources},
+        "training": {"batch_size": 24},  # divides by 2 and 3 nodes
+    }
+
+
+def new_job(nodes: int = 2) -> str:
+    with session_scope() as session:
+        spec = JobSpec.model_validate(gang_spec(nodes))
+        return crud.create_job(session, spec, "gpus-0").id
+
+
+def add_worker(name: str) -> None:
+    with session_scope() as session:
+        session.add(Worker(name=name, hostname="h", pid=1, gpus=0, devices=[], queues=[]))
+
+
+def claim(worker: str, where: Rendezvous = HOST) -> Job | Seat | None:
+    with session_scope() as session:
+        return claim_next(session, worker, 0, get_settings(), where)
+
+
+def job_of(job_id: str) -> Job:
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        session.expunge(job)
+        return job
+
+
+def seats(job_id: str) -> list[tuple[str, int, int | None]]:
+    with session_scope() as session:
+        return [(s.worker, s.rank, s.attempt) for s in gang.seats_of(session, job_id)]
+
+
+def busy_with(worker: str) -> str | None:
+    with session_scope() as session:
+        return session.scalar(select(Worker.current_job_id).where(Worker.name == worker))
+
+
+def test_nodes_defaults_to_one_and_is_bounded() -> None:
+    assert JobSpec.model_validate(gang_spec(1)).resources.nodes == 1
+    assert JobSpec.model_validate(gang_spec(2, replicas=2)).resources.world_size == 4
+    for bad in (0, 17):
+        with pytest.raises(ValidationError):
+            JobSpec.model_validate(gang_spec(bad))
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({**gang_spec(2), "framework": "tensorflow"}, "not supported yet for TensorFlow"),
+        (gang_spec(2, gpus=1), "gpus > 0 is not supported yet"),
+        (gang_spec(2, strategy="single"), "a multi-node job uses ddp"),
+        ({**gang_spec(3), "training": {"batch_size": 32}}, "replica count 3 (nodes × replicas)"),
+        ({**gang_spec(17)}, "resources.nodes"),
+    ],
+)
+def test_what_a_gang_cannot_run_yet_is_a_422_naming_it(
+    db_env: dict[str, str], api_key: str, body: dict[str, object], words: str
+) -> None:
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {api_key}"
+        response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 422, response.text
+    assert words in response.json()["detail"]
+
+
+def test_a_gang_waits_holding_nothing_while_too_few_workers_are_free(
+    db_env: dict[str, str],
+) -> None:
+    job_id = new_job()
+    add_worker("w1")
+    assert claim("w1") is None  # one free worker: the job is not even picked
+    assert seats(job_id) == [] and busy_with("w1") is None
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        assert standing(session, job, get_settings()).reason == "needs 2 workers; 1 free"
+        assert crud.wait_reason(session, job, 15) == (
+            "waiting for 2 free workers at once (a gang); 1 free"
+        )
+
+
+def test_a_gang_opens_then_forms_when_every_seat_is_held(db_env: dict[str, str]) -> None:
+    job_id = new_job()
+    single = new_job(nodes=1)
+    for name in ("w1", "w2", "w3"):
+        add_worker(name)
+    assert claim("w1") == Seat(job_id, 0, 2)  # oldest first: it hosts the rendezvous
+    assert job_of(job_id).status == JobStatus.queued  # forming: not running yet
+    with session_scope() as session:
+        forming = crud.get_job(session, job_id)
+        assert forming is not None
+        why = standing(session, forming, get_settings()).reason
+        assert why == "forming its gang: 1 of 2 workers joined"
+    assert busy_with("w1") == job_id  # counted busy: no second gang counts it as free
+    assert claim("w2") == Seat(job_id, 1, 2)  # a woken worker joins before picking anything
+    job = job_of(job_id)
+    assert (job.status, job.attempt, job.worker_name) == (JobStatus.running, 1, "w1")
+    assert seats(job_id) == [("w1", 0, 1), ("w2", 1, 1)]
+    with session_scope() as session:
+        host = gang.seats_of(session, job_id)[0]
+        assert (host.address, host.port) == (HOST.address, HOST.port)
+    third = claim("w3")  # the gang is full: the next worker takes the next job
+    assert isinstance(third, Job) and third.id == single
+
+
+def test_two_gangs_at_once_never_share_a_seat_or_a_rendezvous(db_env: dict[str, str]) -> None:
+    first, second = new_job(), new_job()
+    for name in ("w1", "w2", "w3", "w4"):
+        add_worker(name)
+    assert claim("w1", Rendezvous("10.0.0.1", 1001)) == Seat(first, 0, 2)
+    assert claim("w2", Rendezvous("10.0.0.2", 1002)) == Seat(first, 1, 2)  # forms the first
+    assert claim("w3", Rendezvous("10.0.0.3", 1003)) == Seat(second, 0, 2)
+    assert claim("w4", Rendezvous("10.0.0.4", 1004)) == Seat(second, 1, 2)
+    assert seats(first) == [("w1", 0, 1), ("w2", 1, 1)]
+    assert seats(second) == [("w3", 0, 1), ("w4", 1, 1)]
+    with session_scope() as session:
+        hosts = [gang.seats_of(session, job)[0] for job in (first, second)]
+        assert [(h.address, h.port) for h in hosts] == [("10.0.0.1", 1001), ("10.0.0.3", 1003)]
+
+
+def test_a_forming_gang_whose_seat_lapses_lets_its_workers_go(db_env: dict[str, str]) -> None:
+    job_id = new_job(nodes=3)
+    for name in ("w1", "w2", "w3"):
+        add_worker(name)
+    assert claim("w1") == Seat(job_id, 0, 3)
+    assert claim("w2") == Seat(job_id, 1, 3)
+    with session_scope() as session:  # w2 died while waiting: its seat is not renewed
+        session.execute(
+            update(GangMember)
+            .where(GangMember.worker == "w2")
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    with session_scope() as session:
+        assert gang.dissolve_stale(session, get_settings()) == [job_id]  # to be woken again
+    assert seats(job_id) == [] and busy_with("w1") is None and busy_with("w2") is None
+    assert job_of(job_id).status == JobStatus.queued
+    with session_scope() as session:
+        assert not gang.renew_seat(session, job_id, "w1", get_settings())  # w1 stops waiting
+
+
+def test_a_gang_that_does_not_fill_within_a_lease_is_dissolved(db_env: dict[str, str]) -> None:
+    job_id = new_job()
+    add_worker("w1")
+    add_worker("w2")
+    assert claim("w1") == Seat(job_id, 0, 2)
+    with session_scope() as session:  # w2 was taken by something else meanwhile
+        session.execute(update(Worker).where(Worker.name == "w2").values(current_job_id="x"))
+        session.execute(update(GangMember).values(joined_at=utcnow() - timedelta(seconds=3600)))
+    with session_scope() as session:
+        assert gang.dissolve_stale(session, get_settings()) == [job_id]
+    assert seats(job_id) == [] and busy_with("w1") is None
+
+
+def test_rank_0_sees_a_member_lost_or_lapsed(db_env: dict[str, str]) -> None:
+    job_id = new_job()
+    add_worker("w1")
+    add_worker("w2")
+    claim("w1")
+    claim("w2")
+    with session_scope() as session:
+        assert gang.broken(session, job_id, 1, "w1") is None
+        gang.end_seat(session, job_id, "w2", gang.LOST)
+    with session_scope() as session:
+        assert gang.broken(session, job_id, 1, "w1") == "node 1 (w2) lost its training process"
+        gang.end_seat(session, job_id, "w2", gang.SEATED)
+        session.execute(
+            update(GangMember)
+            .where(GangMember.worker == "w2")
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    with session_scope() as session:
+        assert "stopped renewing its seat" in str(gang.broken(session, job_id, 1, "w1"))
+        gang.end_seat(session, job_id, "w2", gang.DONE)  # a clean end is no loss
+    with session_scope() as session:
+        assert gang.broken(session, job_id, 1, "w1") is None
+
+
+@pytest.fixture
+def _ended(db_env: dict[str, str]) -> Iterator[str]:
+    job_id = new_job()
+    add_worker("w1")
+    add_worker("w2")
+    claim("w1")
+    claim("w2")
+    yield job_id
+
+
+def test_an_ended_gangs_seats_go(_ended: str) -> None:
+    with session_scope() as session:
+        crud.finish_job(
+            session, _ended, 1, JobStatus.succeeded, stop_reason="completed", reason="done"
+        )
+    with session_scope() as session:
+        assert gang.dissolve_stale(session, get_settings()) == []  # nothing to wake
+    assert seats(_ended) == [] and busy_with("w2") is None

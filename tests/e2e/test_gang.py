@@ -1,0 +1,208 @@
+"""One job over several workers: two `epochal worker` processes, each with its own home, on
+PostgreSQL + Redis; a 2-node PyTorch job (gloo on CPU) waits holding nothing while only one
+worker is free, starts when a second comes, and trains like one worker's two replicas."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from app.domain.job_files import JobFiles
+from tests.helpers import Service, running_service, scaled, wait_for_status, wait_until
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("service_env", ["postgres"], indirect=True),
+]
+
+SPEC: dict[str, Any] = {
+    "framework": "pytorch",
+    "dataset": {"name": "digits"},
+    "model": {"hidden_units": [128, 64]},
+    "training": {"epochs": 4, "batch_size": 64},
+    "regularization": {"l2": 0.0001},
+}
+
+
+@pytest.fixture(scope="module")
+def service(service_env: dict[str, str]) -> Iterator[Service]:
+    # Without a worker of its own: each test starts the workers it needs, each on its own home.
+    with running_service(
+        service_env, worker=False, EPOCHAL_DISPATCH_RETRY_SECONDS="2", EPOCHAL_LEASE_SECONDS="6"
+    ) as svc:
+        yield svc
+
+
+@pytest.fixture
+def client(service: Service) -> Iterator[httpx.Client]:
+    with service.client() as c:
+        yield c
+
+
+@pytest.fixture
+def start_worker(service: Service, client: httpx.Client) -> Iterator[Callable[[str, Path], None]]:
+    """Start a worker on a home of its own; the test's workers are stopped when it ends."""
+    started: list[str] = []
+
+    def start(name: str, home: Path) -> None:
+        service.start_worker(name, {"EPOCHAL_HOME": str(home)})
+        started.append(name)
+
+    yield start
+    for name in started:
+        service.stop(name)
+    wait_until(lambda: not live_workers(client), 60, "the test's workers to leave")
+
+
+def live_workers(client: httpx.Client) -> list[dict[str, Any]]:
+    return list(client.get("/v1/workers").json()["items"])
+
+
+def submit(client: httpx.Client, epochs: int = 4, **resources: Any) -> str:
+    training = {**SPEC["training"], "epochs": epochs}
+    response = client.post("/v1/jobs", json={**SPEC, "training": training, "resources": resources})
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def losses(client: httpx.Client, job_id: str) -> list[float]:
+    rows = client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]
+    assert [row["epoch"] for row in rows] == list(range(1, len(rows) + 1))  # once each
+    return [float(row["train_loss"]) for row in rows]
+
+
+def gang_log_lines(homes: list[Path], job_id: str) -> list[str]:
+    lines = []
+    for home in homes:
+        log = JobFiles.of(home / "artifacts", job_id).log
+        if log.exists():
+            lines += [line for line in log.read_text().splitlines() if "gang node" in line]
+    return lines
+
+
+def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
+    client: httpx.Client, start_worker: Callable[[str, Path], None], tmp_path: Path
+) -> None:
+    homes = [tmp_path / "a", tmp_path / "b"]
+    start_worker("a", homes[0])
+    wait_until(lambda: len(live_workers(client)) == 1, 60, "worker a to register")
+    gang = submit(client, nodes=2)
+
+    def reason() -> str:
+        job = client.get(f"/v1/jobs/{gang}").json()
+        assert job["status"] == "queued", job
+        return str((job.get("queue") or {}).get("reason"))
+
+    wait_until(lambda: reason() == "needs 2 workers; 1 free", 30, "the gang's wait reason")
+    time.sleep(scaled(3))  # a few maintenance rounds: still waiting, and holding nothing
+    assert reason() == "needs 2 workers; 1 free"
+    assert [w["busy"] for w in live_workers(client)] == [False]
+
+    start_worker("b", homes[1])
+    done = wait_for_status(client, gang, {"succeeded", "failed", "cancelled"}, 300)
+    assert done["status"] == "succeeded", done["error"]
+    assert (done["result"]["replicas"], done["result"]["strategy"]) == (2, "ddp")
+    lines = gang_log_lines(homes, gang)
+    assert any("gang node 0 of 2" in line for line in lines), lines
+    assert any("gang node 1 of 2" in line for line in lines), lines
+    assert all("rendezvous at tcp://127.0.0.1:" in line for line in lines), lines
+
+    local = submit(client, replicas=2)  # the same global batch on one worker's two replicas
+    done_local = wait_for_status(client, local, {"succeeded", "failed", "cancelled"}, 300)
+    assert done_local["status"] == "succeeded", done_local["error"]
+    two_nodes, two_replicas = losses(client, gang), losses(client, local)
+    assert len(two_nodes) == len(two_replicas) == SPEC["training"]["epochs"]
+    assert two_nodes == pytest.approx(two_replicas, rel=0.01)
+    accuracy = done["result"]["val_accuracy"]
+    assert abs(accuracy - done_local["result"]["val_accuracy"]) <= 0.02  # the replica tolerance
+    wait_until(
+        lambda: not any(w["busy"] for w in live_workers(client)), 30, "both workers to be free"
+    )
+
+
+def rows_by_attempt(service: Service, job_id: str) -> list[tuple[int, int]]:
+    """(epoch, attempt that wrote it) for each stored row, straight from PostgreSQL."""
+    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT epoch, attempt FROM epoch_metric WHERE job_id = :j ORDER BY epoch"),
+                {"j": job_id},
+            )
+            return [(int(e), int(a)) for e, a in rows]
+    finally:
+        engine.dispose()
+
+
+def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
+    service: Service,
+    client: httpx.Client,
+    start_worker: Callable[[str, Path], None],
+    tmp_path: Path,
+) -> None:
+    names = {"p": tmp_path / "p", "q": tmp_path / "q"}
+    for name, home in names.items():
+        start_worker(name, home)
+    wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
+    epochs = 12
+    job = submit(client, epochs=epochs, nodes=2)
+    wait_until(lambda: len(rows_by_attempt(service, job)) >= 2, 240, "epoch 2")
+    ranks = {
+        name: line
+        for name, home in names.items()
+        for line in gang_log_lines([home], job)
+        if "gang node 1 of 2" in line
+    }
+    (member,) = ranks  # the worker whose node is rank 1
+    service.stop(member, signal.SIGKILL)  # the worker, its supervisor and (by its death) its child
+    start_worker("r", tmp_path / "r")  # the gang re-forms on the survivor and this one
+    done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
+    assert done["status"] == "succeeded", (done["error"], done["transitions"])
+    assert done["attempt"] == 2, done["transitions"]  # re-queued once, as a whole gang
+    requeue = next(t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"])
+    assert "worker_lost" in requeue["reason"] or "lease expired" in requeue["reason"], requeue
+    rows = rows_by_attempt(service, job)
+    assert [epoch for epoch, _ in rows] == list(range(1, epochs + 1))  # rows 1..N once each
+    kept = [epoch for epoch, attempt in rows if attempt == 1]
+    assert kept == list(range(1, len(kept) + 1)) and len(kept) >= 2  # resumed, not restarted
+    assert all(attempt == 2 for epoch, attempt in rows if epoch > len(kept))
+
+
+def test_a_killed_rank_0_is_reaped_and_the_gang_forms_again(
+    service: Service,
+    client: httpx.Client,
+    start_worker: Callable[[str, Path], None],
+    tmp_path: Path,
+) -> None:
+    """Rank 0's worker holds the job's lease: killed, the lease runs out, the reaper re-queues
+    the job, the gang's seats are released, and it forms again on the survivor and a new
+    worker. Its checkpoints were on the dead worker's own disk, so the job starts over: rows
+    1..N once each all the same."""
+    names = {"s": tmp_path / "s", "t": tmp_path / "t"}
+    for name, home in names.items():
+        start_worker(name, home)
+    wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
+    epochs = 6
+    job = submit(client, epochs=epochs, nodes=2)
+    wait_until(lambda: len(rows_by_attempt(service, job)) >= 2, 240, "epoch 2")
+    hosts = [
+        n
+        for n, home in names.items()
+        if any("gang node 0 of 2" in line for line in gang_log_lines([home], job))
+    ]
+    (host,) = hosts
+    service.stop(host, signal.SIGKILL)
+    start_worker("u", tmp_path / "u")
+    done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
+    assert done["status"] == "succeeded", (done["error"], done["transitions"])
+    assert done["attempt"] == 2, done["transitions"]
+    requeue = next(t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"])
+    assert "lease expired" in requeue["reason"], requeue
+    assert [epoch for epoch, _ in rows_by_attempt(service, job)] == list(range(1, epochs + 1))

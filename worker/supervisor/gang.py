@@ -1,0 +1,222 @@
+"""This worker's seat in a multi-node job's gang (app.scheduler.gang): the address it offers,
+the wait for the gang to form, each seat's lease while it trains, and how its end is told.
+
+Rank 0's worker holds the job's lease, writes its end and releases the gang; every other node
+only holds its seat and says whether its training process ended cleanly (done) or not (lost).
+Rank 0 watches the other seats: one lost, or one whose lease lapsed, ends the attempt at once
+(its training process is killed) as worker_lost, so the job is re-queued once as a whole gang
+within max_restarts; any node's own keeper stops its process when the attempt is no longer
+running, so every member stops together.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from app.core.config import Settings
+from app.core.db import session_scope
+from app.domain import crud
+from app.domain.states import ACTIVE, ErrorCode, JobStatus
+from app.scheduler import gang
+from app.scheduler.gang import Rendezvous, Seat
+from app.schemas.api import StepProgress
+from app.services.dispatch import dispatch
+from app.services.queue import send_train
+from worker.protocol import RETRYABLE, GangNode, Outcome
+from worker.supervisor import shutdown
+from worker.supervisor.lease import LeaseKeeper
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.5
+# How rank 0's process fails when another node's is gone (a collective breaks): these become
+# the gang's worker_lost when a member did go; spec errors (non-finite loss, bad data) do not.
+COLLECTIVE_FAILURES = {ErrorCode.internal_error, *RETRYABLE}
+
+
+@dataclass(frozen=True)
+class Formed:
+    """A gang that formed: the attempt this worker trains, and its node of it."""
+
+    job_id: str
+    attempt: int
+    spec: Any
+    started_at: datetime
+    node: GangNode
+    worker: str
+
+
+def advertised(settings: Settings) -> tuple[str, str]:
+    """(address, why this one): EPOCHAL_WORKER_ADDRESS, else the interface that routes to
+    the database (what the other workers reach too), else loopback (SQLite: one host)."""
+    if settings.worker_address:
+        return settings.worker_address, "EPOCHAL_WORKER_ADDRESS"
+    url = make_url(settings.sqlalchemy_url)
+    if not url.host:
+        return "127.0.0.1", "loopback: the database is a local file, so the gang is one host"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((url.host, url.port or 5432))  # UDP: no packet sent, a route chosen
+            address = str(probe.getsockname()[0])
+    except OSError as exc:  # no route (or no name) now: the host's own name is the best guess
+        return socket.gethostname(), f"the host's name: no route to the database ({exc})"
+    return address, f"the interface that routes to the database ({url.host})"
+
+
+def rendezvous(settings: Settings) -> Rendezvous:
+    """This worker's address and a port free now, in case it hosts a gang's rendezvous (the
+    store listens on every interface, so the port is taken free on all of them)."""
+    address, _ = advertised(settings)
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return Rendezvous(address, int(sock.getsockname()[1]))
+
+
+def wake_others(job_id: str, nodes: int) -> None:
+    """A gang just opened: a wake-up for each other seat, so free workers come to take it."""
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        queue = job.queue if job is not None else None
+    for _ in range(nodes - 1):
+        if queue is not None:
+            send_train(job_id, queue)
+
+
+def wait_formed(settings: Settings, seat: Seat, worker: str) -> Formed | None:
+    """Hold the seat until every seat is taken (the job runs) or the gang is dissolved."""
+    job_id, rank, nodes = seat.job_id, seat.rank, seat.nodes
+    log.info("job %s: seat %d of %d taken; waiting for the gang", job_id, rank, nodes)
+    while True:
+        formed, woken, seated = _look(settings, seat, worker)
+        for job_id in woken:
+            _wake(job_id)
+        if formed is not None or not seated:
+            return formed
+        if shutdown.requested():
+            leave_forming(seat.job_id)
+            return None
+        time.sleep(POLL_SECONDS)
+
+
+def _look(settings: Settings, seat: Seat, worker: str) -> tuple[Formed | None, list[str], bool]:
+    """(the formed gang, jobs to wake, whether the seat is still held), in one transaction."""
+    with session_scope() as session:
+        if not gang.renew_seat(session, seat.job_id, worker, settings):
+            return None, [], False
+        woken = gang.dissolve_stale(session, settings)
+        job = crud.get_job(session, seat.job_id)
+        seats = gang.seats_of(session, seat.job_id)
+        mine = next((s for s in seats if s.worker == worker), None)
+        if job is None or mine is None:
+            return None, woken, False
+        if job.status != JobStatus.running or mine.attempt != job.attempt:
+            return None, woken, True
+        assert job.started_at is not None  # the claim set it
+        host = seats[0]
+        url = f"tcp://{host.address}:{host.port}"
+        node = GangNode(mine.rank, job.nodes, url)
+        return Formed(job.id, job.attempt, job.spec, job.started_at, node, worker), woken, True
+
+
+def _wake(job_id: str) -> None:
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        if job is not None and job.status == JobStatus.queued:
+            dispatch(session, job)
+
+
+def leave_forming(job_id: str) -> None:
+    """This worker cannot wait any more: the forming gang is dissolved and its job woken."""
+    with session_scope() as session:
+        seats = gang.seats_of(session, job_id)
+        gang.release(session, job_id, [s.worker for s in seats])
+    _wake(job_id)
+
+
+def describe(settings: Settings, formed: Formed) -> str:
+    """The job log's line about this node: its rank and where the gang meets."""
+    address, why = advertised(settings)
+    node = formed.node
+    return (
+        f"gang node {node.rank} of {node.nodes} on {formed.worker}, address {address} ({why}); "
+        f"rendezvous at {node.init_url}"
+    )
+
+
+class SeatKeeper(LeaseKeeper):
+    """A seat's lease, renewed like a job's: rank 0 renews the job's lease too and watches
+    the other seats; another node renews only its seat, and stops once the attempt is over."""
+
+    def __init__(
+        self, settings: Settings, formed: Formed, renewed_at: float, workdir: Path
+    ) -> None:
+        # Rank 0's renewals carry the epoch's steps (its child writes them); the others' none.
+        progress_from = workdir if formed.node.rank == 0 else None
+        super().__init__(settings, formed.job_id, formed.attempt, renewed_at, progress_from)
+        self.formed = formed
+
+    def _renew(self, progress: StepProgress | None) -> JobStatus | None:
+        formed = self.formed
+        if formed.node.rank == 0:
+            status = super()._renew(progress)
+            if status is not None:
+                with session_scope() as session:
+                    gang.renew_seat(session, formed.job_id, formed.worker, self.settings)
+                    self.broken = gang.broken(session, formed.job_id, formed.attempt, formed.worker)
+            return status
+        with session_scope() as session:
+            if not gang.renew_seat(session, formed.job_id, formed.worker, self.settings):
+                return None
+            job = crud.get_job(session, formed.job_id)
+            if job is None or job.attempt != formed.attempt or job.status not in ACTIVE:
+                return None
+            return JobStatus(job.status)
+
+
+def node_env(formed: Formed | None) -> dict[str, str]:
+    """What a gang node's training process is told of its node (nothing for one node)."""
+    return {} if formed is None else formed.node.env()
+
+
+def settle(settings: Settings, formed: Formed, outcome: Outcome, broken: str | None) -> Outcome:
+    """Rank 0's outcome: a failure while a member was lost is the gang's loss (worker_lost,
+    retried). A member's own end may come moments after ours (the broken collective reached
+    us first), so a failure waits, renewing the job's lease, until every member has told how
+    it ended or one's seat lapsed (a lease at most)."""
+    if outcome.status != JobStatus.failed or outcome.error_code not in COLLECTIVE_FAILURES:
+        return outcome
+    deadline = time.monotonic() + settings.lease_seconds
+    while broken is None and time.monotonic() < deadline:
+        with session_scope() as session:
+            crud.renew_lease(session, formed.job_id, formed.attempt, settings.lease_seconds)
+            broken = gang.broken(session, formed.job_id, formed.attempt, formed.worker)
+            seats = gang.seats_of(session, formed.job_id)
+            if all(s.state != gang.SEATED for s in seats if s.worker != formed.worker):
+                break
+        time.sleep(POLL_SECONDS)
+    if broken is None:
+        return outcome
+    return Outcome.failure(
+        ErrorCode.worker_lost, f"the gang lost a member: {broken} ({outcome.error})"
+    )
+
+
+def end_seat(formed: Formed, clean: bool) -> None:
+    """Another node's process ended: tell rank 0 whether cleanly."""
+    with session_scope() as session:
+        gang.end_seat(session, formed.job_id, formed.worker, gang.DONE if clean else gang.LOST)
+
+
+def release(formed: Formed) -> None:
+    """Rank 0, after writing the attempt's end: the gang's seats go, its workers are free."""
+    with session_scope() as session:
+        seats = [s for s in gang.seats_of(session, formed.job_id) if s.attempt == formed.attempt]
+        if seats:
+            gang.release(session, formed.job_id, [s.worker for s in seats])
