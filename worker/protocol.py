@@ -29,11 +29,13 @@ import signal
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
-from app.schemas.api import StepProgress
+
+if TYPE_CHECKING:  # pydantic (and numpy under it) would load before the child's stop catcher
+    from app.schemas.api import StepProgress
 
 CHILD_MODULE = "worker.child.launch"  # `python -m CHILD_MODULE ...` is the training child
 STOP_SIGNAL = signal.SIGUSR1  # "stop at the next step boundary"; the stop file says why
@@ -242,6 +244,8 @@ def write_progress(workdir: Path, attempt: int, progress: StepProgress) -> None:
 
 def read_progress(workdir: Path, attempt: int) -> StepProgress | None:
     """The attempt's last reported progress; None before its first report."""
+    from app.schemas.api import StepProgress  # see the TYPE_CHECKING import above
+
     try:
         return StepProgress.model_validate_json(JobFiles(workdir).progress(attempt).read_text())
     except (FileNotFoundError, ValueError):  # none yet (or not one we can read): no news
