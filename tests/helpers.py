@@ -383,3 +383,17 @@ def submit_job(client: httpx.Client, **spec: Any) -> dict[str, Any]:
     response = client.post("/v1/jobs", json={"framework": "pytorch", **spec})
     assert response.status_code == 201, response.text
     return dict(response.json())
+
+
+def metric_attempts(service: Service, job_id: str) -> list[tuple[int, int]]:
+    """(epoch, attempt that wrote it) for each stored row, straight from PostgreSQL."""
+    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT epoch, attempt FROM epoch_metric WHERE job_id = :j ORDER BY epoch"),
+                {"j": job_id},
+            )
+            return [(int(e), int(a)) for e, a in rows]
+    finally:
+        engine.dispose()

@@ -12,10 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from app.domain.job_files import JobFiles
-from tests.helpers import Service, running_service, scaled, wait_for_status, wait_until
+from tests.helpers import (
+    Service,
+    metric_attempts,
+    running_service,
+    scaled,
+    wait_for_status,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -127,20 +133,6 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     )
 
 
-def rows_by_attempt(service: Service, job_id: str) -> list[tuple[int, int]]:
-    """(epoch, attempt that wrote it) for each stored row, straight from PostgreSQL."""
-    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.text("SELECT epoch, attempt FROM epoch_metric WHERE job_id = :j ORDER BY epoch"),
-                {"j": job_id},
-            )
-            return [(int(e), int(a)) for e, a in rows]
-    finally:
-        engine.dispose()
-
-
 def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     service: Service,
     client: httpx.Client,
@@ -153,7 +145,7 @@ def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
     epochs = 12
     job = submit(client, epochs=epochs, nodes=2)
-    wait_until(lambda: len(rows_by_attempt(service, job)) >= 2, 240, "epoch 2")
+    wait_until(lambda: len(metric_attempts(service, job)) >= 2, 240, "epoch 2")
     ranks = {
         name: line
         for name, home in names.items()
@@ -168,7 +160,7 @@ def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     assert done["attempt"] == 2, done["transitions"]  # re-queued once, as a whole gang
     requeue = next(t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"])
     assert "worker_lost" in requeue["reason"] or "lease expired" in requeue["reason"], requeue
-    rows = rows_by_attempt(service, job)
+    rows = metric_attempts(service, job)
     assert [epoch for epoch, _ in rows] == list(range(1, epochs + 1))  # rows 1..N once each
     kept = [epoch for epoch, attempt in rows if attempt == 1]
     assert kept == list(range(1, len(kept) + 1)) and len(kept) >= 2  # resumed, not restarted
@@ -191,7 +183,7 @@ def test_a_killed_rank_0_is_reaped_and_the_gang_forms_again(
     wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
     epochs = 6
     job = submit(client, epochs=epochs, nodes=2)
-    wait_until(lambda: len(rows_by_attempt(service, job)) >= 2, 240, "epoch 2")
+    wait_until(lambda: len(metric_attempts(service, job)) >= 2, 240, "epoch 2")
     hosts = [
         n
         for n, home in names.items()
@@ -205,4 +197,4 @@ def test_a_killed_rank_0_is_reaped_and_the_gang_forms_again(
     assert done["attempt"] == 2, done["transitions"]
     requeue = next(t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"])
     assert "lease expired" in requeue["reason"], requeue
-    assert [epoch for epoch, _ in rows_by_attempt(service, job)] == list(range(1, epochs + 1))
+    assert [epoch for epoch, _ in metric_attempts(service, job)] == list(range(1, epochs + 1))

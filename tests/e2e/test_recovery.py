@@ -20,7 +20,14 @@ from app.domain.job_files import JobFiles
 from app.domain.states import TERMINAL
 from app.services.queue import TRAIN_TASK
 from tests.e2e.procs import alive, parent_of, training_children
-from tests.helpers import Service, running_service, scaled, wait_for_status, wait_until
+from tests.helpers import (
+    Service,
+    metric_attempts,
+    running_service,
+    scaled,
+    wait_for_status,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -66,20 +73,6 @@ def submit(client: httpx.Client, **spec: Any) -> str:
 
 def epochs_done(client: httpx.Client, job_id: str) -> int:
     return len(client.get(f"/v1/jobs/{job_id}/metrics").json()["items"])
-
-
-def metric_attempts(service: Service, job_id: str) -> list[tuple[int, int]]:
-    """(epoch, attempt that wrote it) for each stored row, straight from PostgreSQL."""
-    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.text("SELECT epoch, attempt FROM epoch_metric WHERE job_id = :j ORDER BY epoch"),
-                {"j": job_id},
-            )
-            return [(int(e), int(a)) for e, a in rows]
-    finally:
-        engine.dispose()
 
 
 def kill_worker_group(service: Service, job_id: str) -> tuple[list[int], datetime]:
