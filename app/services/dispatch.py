@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from app.core.db import session_scope
 from app.core.log_setup import job_context
 from app.domain import crud
+from app.domain.states import JobStatus
 from app.domain.tables import Job
 from app.services.queue import send_train
 
@@ -63,6 +64,15 @@ def publish(job: Job) -> Sent:
             crud.release_dispatch(session, job)
         return Sent.broker_down
     return Sent.published
+
+
+def wake(job_id: str) -> Sent | None:
+    """Send a job a wake-up again if it is still queued (None: it is not, or is gone)."""
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        if job is None or job.status != JobStatus.queued:
+            return None
+        return dispatch(session, job)
 
 
 def dispatch_new(jobs: Sequence[Job]) -> None:

@@ -22,7 +22,7 @@ from app.domain.tables import Job, utcnow
 from app.scheduler import gang
 from app.scheduler.preempt import preempt_round
 from app.services import sweeps
-from app.services.dispatch import Sent, dispatch
+from app.services.dispatch import Sent, dispatch, wake
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,7 @@ def release_gangs(settings: Settings) -> None:
     with session_scope() as session:
         woken = gang.dissolve_stale(session, settings)
     for job_id in woken:
-        with session_scope() as session:
-            job = crud.get_job(session, job_id)
-            if job is not None and job.status == JobStatus.queued:
-                dispatch(session, job)
+        wake(job_id)
 
 
 def run_once(settings: Settings) -> None:

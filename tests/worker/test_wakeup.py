@@ -9,6 +9,7 @@ from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.schemas.job_spec import JobSpec
+from app.services import dispatch
 from worker.supervisor import wakeup
 
 
@@ -24,7 +25,8 @@ def test_a_message_spent_on_another_job_is_sent_again_for_its_own(
     db_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[str] = []
-    monkeypatch.setattr(wakeup, "dispatch", lambda session, job: sent.append(job.id))
+    # the send itself (app.services.dispatch.wake looks it up when called)
+    monkeypatch.setattr(dispatch, "dispatch", lambda session, job: sent.append(job.id))
     low, high = new_job(10), new_job(90)
     claimed = wakeup.claim(get_settings(), "w1")
     assert claimed is not None and claimed[0] == high and claimed[1] == 1

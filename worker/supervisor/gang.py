@@ -28,7 +28,7 @@ from app.domain.states import ACTIVE, ErrorCode, JobStatus
 from app.scheduler import gang
 from app.scheduler.gang import Rendezvous, Seat
 from app.schemas.api import StepProgress
-from app.services.dispatch import dispatch
+from app.services.dispatch import wake
 from app.services.queue import send_train
 from worker.protocol import RETRYABLE, GangNode, Outcome
 from worker.supervisor import shutdown
@@ -96,7 +96,7 @@ def wait_formed(settings: Settings, seat: Seat, worker: str) -> Formed | None:
     while True:
         formed, woken, seated = _look(settings, seat, worker)
         for job_id in woken:
-            _wake(job_id)
+            wake(job_id)
         if formed is not None or not seated:
             return formed
         if shutdown.requested():
@@ -125,19 +125,12 @@ def _look(settings: Settings, seat: Seat, worker: str) -> tuple[Formed | None, l
         return Formed(job.id, job.attempt, job.spec, job.started_at, node, worker), woken, True
 
 
-def _wake(job_id: str) -> None:
-    with session_scope() as session:
-        job = crud.get_job(session, job_id)
-        if job is not None and job.status == JobStatus.queued:
-            dispatch(session, job)
-
-
 def leave_forming(job_id: str) -> None:
     """This worker cannot wait any more: the forming gang is dissolved and its job woken."""
     with session_scope() as session:
         seats = gang.seats_of(session, job_id)
         gang.release(session, job_id, [s.worker for s in seats])
-    _wake(job_id)
+    wake(job_id)
 
 
 def describe(settings: Settings, formed: Formed) -> str:

@@ -13,11 +13,9 @@ from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings
 from app.core.db import session_scope
-from app.domain import crud
-from app.domain.states import JobStatus
 from app.scheduler.claim import claim_next
 from app.scheduler.gang import Seat
-from app.services.dispatch import dispatch
+from app.services.dispatch import wake
 from worker.supervisor import gang
 
 log = logging.getLogger(__name__)
@@ -47,9 +45,6 @@ def resend(job_id: str) -> None:
     """A wake-up for a job still queued whose message another job's claim used: each queued job
     keeps a message on its way to a worker that fits it (a bigger worker may have taken it)."""
     try:
-        with session_scope() as session:
-            job = crud.get_job(session, job_id)
-            if job is not None and job.status == JobStatus.queued:
-                dispatch(session, job)
+        wake(job_id)
     except OperationalError:  # the reconciler sends it later (RELIABILITY.md P7)
         log.warning("could not re-send job %s's wake-up", job_id, exc_info=True)
