@@ -302,3 +302,17 @@ class GangMember(Base):
     state: Mapped[str] = mapped_column(String(8), default="seated")
 
     __table_args__ = (UniqueConstraint("job_id", "rank", name="uq_gang_member_job_rank"),)
+
+
+class MemberLogLine(Base):
+    """A line of a gang member's job log (ranks 1..N-1): each keeps its log in its own home,
+    so its supervisor ships the lines here, where GET /v1/jobs/{id}/logs?member=N reads them."""
+
+    __tablename__ = "member_log_line"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    member: Mapped[int] = mapped_column(Integer)  # the node's rank
+    line: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_member_log_line_job_member", "job_id", "member", "id"),)

@@ -12,6 +12,7 @@ from pathlib import Path
 from app.domain.job_log import append_line
 from app.domain.states import StopReason
 from worker.supervisor import gang
+from worker.supervisor.log_shipper import LogShipper
 from worker.supervisor.oom import MemoryWatch
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class Attempt:
     memory: MemoryWatch = field(default_factory=MemoryWatch)  # for an OOM verdict at the end
     formed: gang.Formed | None = None  # this worker's node of a multi-node job's gang
     broken: str | None = None  # rank 0: why the gang could not go on (a member lost)
+    shipper: LogShipper | None = None  # another node: its log's lines, to the database
 
 
 def note(run: Attempt, text: str) -> None:

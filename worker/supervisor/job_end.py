@@ -94,10 +94,12 @@ def outcome_of(run: Attempt) -> Outcome:
 def record_end(settings: Settings, run: Attempt) -> None:
     if run.lost:
         log.warning("job %s attempt %s: lease lost; leaving the job", run.job_id, run.attempt)
+        _ship_rest(run)
         return
     outcome = outcome_of(run)
     if run.formed is not None and run.formed.node.rank:  # rank 0 writes the gang's end
         note(run, f"ended: exit code {run.process.returncode}")
+        _ship_rest(run)
         gang.end_seat(run.formed, clean=run.process.returncode == 0)
         return
     if run.formed is not None:
@@ -109,3 +111,9 @@ def record_end(settings: Settings, run: Attempt) -> None:
     retrying(lambda: record(settings, run.job_id, run.attempt, outcome), within, "job end")
     if run.formed is not None:
         gang.release(run.formed)
+
+
+def _ship_rest(run: Attempt) -> None:
+    """Another node's last lines (its end among them) go to the database before it leaves."""
+    if run.shipper is not None:
+        run.shipper.ship()

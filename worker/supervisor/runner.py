@@ -40,6 +40,7 @@ from worker.supervisor.attempt import Attempt, note, signal_group
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record, record_end
 from worker.supervisor.lease import LeaseKeeper
+from worker.supervisor.log_shipper import LogShipper
 from worker.supervisor.standby import POOL, warm_up
 from worker.supervisor.threads import cpu_budget, threads_for
 
@@ -143,6 +144,10 @@ def start_child(
     stale_files = (files.outcome(attempt), files.stop_request(attempt), files.progress(attempt))
     for stale in stale_files:  # a preempted attempt
         stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
+    # Another node's log is in its own home: its lines go to the database too, from this one on.
+    shipper = (
+        LogShipper(job_id, formed.node.rank, files.log) if formed and formed.node.rank else None
+    )
     threads = threads_for(spec, cpu_budget(settings))
     pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
     append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s, {pools})")
@@ -165,7 +170,9 @@ def start_child(
                 env={**child_env(), SPAWNED_ENV: str(time.time()), **gang.node_env(formed)},
             )
     now = time.monotonic()
-    return Attempt(job_id, attempt, workdir, now + seconds, process, renewed_at=now, formed=formed)
+    return Attempt(
+        job_id, attempt, workdir, now + seconds, process, now, formed=formed, shipper=shipper
+    )
 
 
 def supervise(settings: Settings, run: Attempt) -> None:
@@ -189,7 +196,11 @@ def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
         now = time.monotonic()
         if now >= next_beat:
             next_beat = now + settings.heartbeat_seconds
-            cap_log(JobFiles(run.workdir).log, settings.max_log_bytes)  # the newest half stays
+            if run.shipper is not None:
+                run.shipper.ship()
+            dropped = cap_log(JobFiles(run.workdir).log, settings.max_log_bytes)  # newest half
+            if run.shipper is not None:
+                run.shipper.dropped(dropped)
         if not _still_ours(run, lease, now):
             return
         if now >= run.deadline:
