@@ -294,8 +294,10 @@ class GangMember(Base):
     worker: Mapped[str] = mapped_column(String(255), primary_key=True)
     rank: Mapped[int] = mapped_column(Integer)  # the node's rank: 0 hosts the rendezvous
     attempt: Mapped[int | None] = mapped_column(Integer)  # set when the gang forms
-    address: Mapped[str | None] = mapped_column(String(255))  # rank 0's, for the rendezvous
+    address: Mapped[str | None] = mapped_column(String(255))  # offered; rank 0's: rendezvous
     port: Mapped[int | None] = mapped_column(Integer)
+    host: Mapped[str | None] = mapped_column(String(255))  # app.scheduler.gang_reach.host_key
+    local_only: Mapped[str | None] = mapped_column(String(32))  # reached from its host only
     joined_at: Mapped[datetime] = mapped_column(default=utcnow)
     lease_expires_at: Mapped[datetime]
     # seated, done (its training process ended cleanly) or lost (it died, or failed)
