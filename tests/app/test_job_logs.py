@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.domain import member_log
+from app.domain import crud, member_log
 from app.domain.job_files import JobFiles
 from app.domain.job_log import MAX_LINE_CHARS, MAX_TAIL_BYTES, MAX_TAIL_LINES
+from app.domain.states import ErrorCode
+from app.domain.tables import MemberLogLine
 from tests.app.test_auth import BODY, auth
 from tests.conftest import make_key
 
@@ -114,3 +117,16 @@ def test_a_member_keeps_its_newest_lines_as_many_as_a_tail_shows(api: TestClient
     assert len(lines) == MAX_TAIL_LINES and not truncated
     assert lines[0] == "line 2" and lines[-2] == "line last"
     assert len(lines[-1]) == MAX_LINE_CHARS
+
+
+def test_deleting_a_job_deletes_its_members_lines(api: TestClient) -> None:
+    alice = make_key("alice")
+    job_id = gang_job(api, alice)
+    with session_scope() as session:
+        member_log.append(session, job_id, 1, ["gang node 1 of 2"])
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        crud.force_fail_queued(session, job, ErrorCode.queue_timeout, "ended for the test")
+    assert api.delete(f"/v1/jobs/{job_id}", headers=auth(alice)).status_code == 204
+    with session_scope() as session:
+        assert session.scalar(select(func.count()).select_from(MemberLogLine)) == 0

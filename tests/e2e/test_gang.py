@@ -137,6 +137,7 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     assert any("gang node 0 of 2" in line for line in lines), lines
     assert any("gang node 1 of 2" in line for line in lines), lines
     assert all("rendezvous at tcp://127.0.0.1:" in line for line in lines), lines
+    assert all("; interface lo)" in line for line in lines), lines  # the offer's interface
     # Member 1's log is in its worker's own home; its lines reach the API all the same.
     wait_until(
         lambda: any("ended: exit code 0" in line for line in member_log(service, gang, 1)),
