@@ -1,6 +1,7 @@
-"""`python -m benchmarks [--quick] [--only training|architectures|service]`: every benchmark,
-baselines measured in the same run: training speed against the seeds, the graph models'
-accuracy, then the service's own costs."""
+"""`python -m benchmarks [--quick] [--only training|architectures|service|gang]`: every
+benchmark, baselines measured in the same run: training speed against the seeds, the graph
+models' accuracy, the service's own costs (the gang among them), or the gang's alone (a
+2-node job against one node's one and two replicas)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 epochs, 1 run: a smoke test")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", choices=["training", "architectures", "service"], default=None)
+    only = ["training", "architectures", "service", "gang"]
+    parser.add_argument("--only", choices=only, default=None)
     args = parser.parse_args()
     epochs, runs = (2, 1) if args.quick else (args.epochs, args.runs)
     print(f"machine: {machine.describe()}", flush=True)
@@ -25,8 +27,8 @@ def main() -> None:
         suite.print_table(rows, epochs, runs)
     if args.only in (None, "architectures"):
         architectures.print_table(architectures.run(args.quick))
-    if args.only in (None, "service"):
-        report = service.run(args.quick)
+    if args.only in (None, "service", "gang"):
+        report = service.run(args.quick, args.only if args.only == "gang" else None)
         print()
         print(report.table(f"epochal service benchmarks ({machine.describe()})"))
 

@@ -298,8 +298,10 @@ def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None
     return "waiting to be picked up"
 
 
-def force_fail_queued(session: Session, job: Job, code: ErrorCode, message: str) -> bool:
-    """Queued -> failed without running (queue timeout)."""
+def force_fail_queued(
+    session: Session, job: Job, code: ErrorCode, message: str, stop: StopReason | None = None
+) -> bool:
+    """Queued -> failed without running (queue timeout, a gang that cannot form)."""
     now = utcnow()
     failed = rows_changed(
         session,
@@ -307,7 +309,7 @@ def force_fail_queued(session: Session, job: Job, code: ErrorCode, message: str)
         .where(Job.id == job.id, Job.status == JobStatus.queued)
         .values(
             status=JobStatus.failed,
-            stop_reason=StopReason(code),
+            stop_reason=stop or StopReason(code),
             error_code=code,
             error=without_server_paths(message),
             finished_at=now,

@@ -17,6 +17,7 @@ from pathlib import Path
 from app.domain.job_files import JobFiles
 
 MAX_TAIL_BYTES = 1 << 20  # a tail never reads more than this, whatever N asks for
+MAX_TAIL_LINES = 5000  # the most lines one tail shows (and a gang member's log keeps)
 MAX_LINE_CHARS = 4096
 _BLOCK = 64 * 1024
 

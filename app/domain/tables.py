@@ -294,11 +294,27 @@ class GangMember(Base):
     worker: Mapped[str] = mapped_column(String(255), primary_key=True)
     rank: Mapped[int] = mapped_column(Integer)  # the node's rank: 0 hosts the rendezvous
     attempt: Mapped[int | None] = mapped_column(Integer)  # set when the gang forms
-    address: Mapped[str | None] = mapped_column(String(255))  # rank 0's, for the rendezvous
+    address: Mapped[str | None] = mapped_column(String(255))  # offered; rank 0's: rendezvous
     port: Mapped[int | None] = mapped_column(Integer)
+    host: Mapped[str | None] = mapped_column(String(255))  # app.scheduler.gang_reach.host_key
+    local_only: Mapped[str | None] = mapped_column(String(32))  # reached from its host only
     joined_at: Mapped[datetime] = mapped_column(default=utcnow)
     lease_expires_at: Mapped[datetime]
     # seated, done (its training process ended cleanly) or lost (it died, or failed)
     state: Mapped[str] = mapped_column(String(8), default="seated")
 
     __table_args__ = (UniqueConstraint("job_id", "rank", name="uq_gang_member_job_rank"),)
+
+
+class MemberLogLine(Base):
+    """A line of a gang member's job log (ranks 1..N-1): each keeps its log in its own home,
+    so its supervisor ships the lines here, where GET /v1/jobs/{id}/logs?member=N reads them."""
+
+    __tablename__ = "member_log_line"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
+    member: Mapped[int] = mapped_column(Integer)  # the node's rank
+    line: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_member_log_line_job_member", "job_id", "member", "id"),)

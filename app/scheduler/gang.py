@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.domain import crud
-from app.domain.states import ACTIVE, JobStatus
+from app.domain.states import ACTIVE, ErrorCode, JobStatus, StopReason
 from app.domain.tables import GangMember, Job, Worker, utcnow
-from app.scheduler import stats
+from app.scheduler import gang_reach, stats
 
 LIVE_BEATS = 3  # a worker is live while its last heartbeat is at most this many beats old
 SEATED, DONE, LOST = "seated", "done", "lost"  # a seat's state
@@ -40,10 +40,14 @@ class Seat:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """Where rank 0's node meets the others: its address and a port it found free."""
+    """What a worker offers a gang: its address and a port it found free (rank 0's host the
+    rendezvous), its host (gang_reach.host_key) and, for an address no other host reaches,
+    which kind (gang_reach.LOOPBACK, DOCKER_BRIDGE)."""
 
     address: str
     port: int
+    host: str | None = None
+    local_only: str | None = None
 
 
 def free_workers(settings: Settings, now: datetime) -> ColumnElement[int]:
@@ -79,8 +83,11 @@ def open_gang(
     return Seat(job_id, 0, nodes)
 
 
-def join_forming(session: Session, worker: str, gpus: int, settings: Settings) -> Seat | None:
-    """A seat in the oldest forming gang that fits this worker; the last seat forms it."""
+def join_forming(
+    session: Session, worker: str, gpus: int, settings: Settings, where: Rendezvous | None = None
+) -> Seat | None:
+    """A seat in the oldest forming gang that fits this worker; the last seat forms it, unless
+    a member's address cannot be reached by another (the job fails, saying which)."""
     mine = exists().where(GangMember.job_id == Job.id, GangMember.worker == worker)
     forming = (
         select(Job)
@@ -101,8 +108,16 @@ def join_forming(session: Session, worker: str, gpus: int, settings: Settings) -
     seats = seats_of(session, job.id)
     if len(seats) >= job.nodes or any(seat.attempt is not None for seat in seats):
         return None  # full, or the seats of an attempt that ended (dissolve clears them)
-    _take_seat(session, job.id, worker, len(seats), settings, None)
+    _take_seat(session, job.id, worker, len(seats), settings, where)
     if len(seats) + 1 == job.nodes:
+        everyone = seats_of(session, job.id)
+        why = gang_reach.unreachable(everyone)
+        if why is not None:
+            message = f"the gang cannot form: {why}"
+            code, stop = ErrorCode.invalid_config, StopReason.error
+            crud.force_fail_queued(session, job, code, message, stop)
+            release(session, job.id, [s.worker for s in everyone])
+            return None
         _form(session, job.id, seats[0].worker, settings)
     return Seat(job.id, len(seats), job.nodes)
 
@@ -123,6 +138,8 @@ def _take_seat(
             rank=rank,
             address=where.address if where else None,
             port=where.port if where else None,
+            host=where.host if where else None,
+            local_only=where.local_only if where else None,
             lease_expires_at=utcnow() + timedelta(seconds=settings.lease_seconds),
             state=SEATED,
         )

@@ -11,6 +11,7 @@ from pathlib import Path
 from benchmarks.machine import describe as machine
 from benchmarks.service import (
     flood,
+    gang,
     growth,
     latency,
     overhead,
@@ -200,6 +201,23 @@ def bench_warm(report: Report, quick: bool) -> None:
     report.add("warm_import_idle_wall_s", idle["wall_s"], "s", "median POST to end")
 
 
+def bench_gang(report: Report, quick: bool) -> None:
+    epochs, runs = (3, 1) if quick else (5, 3)
+    with bench_env("postgres") as env, running(env) as service, service.client() as client:
+        found = gang.measure(service, client, epochs, runs)
+    setup = f"Fashion-MNIST 12k, MLP 128-64, batch 128, {epochs} epochs, median of {runs}"
+    for layout, label in (("2x1", "2 nodes x 1"), ("1x1", "1 node x 1"), ("1x2", "1 node x 2")):
+        first, note = found[f"first_step_s_{layout}"], f"{label}; POST, workers free, to step 1"
+        report.add(f"gang_first_step_s_{layout}", first, "s", note if layout != "1x1" else setup)
+        if layout != "1x1":
+            report.add(f"gang_first_step_{layout}_vs_1x1", found[f"first_step_s_{layout}_x"], "x")
+    for layout, label in (("2x1", "2 nodes x 1"), ("1x1", "1 node x 1"), ("1x2", "1 node x 2")):
+        epoch = found[f"epoch_s_{layout}"]
+        report.add(f"gang_epoch_s_{layout}", epoch, "s", f"{label}; median of epochs 2..N")
+        if layout != "1x1":
+            report.add(f"gang_epoch_{layout}_vs_1x1", found[f"epoch_s_{layout}_x"], "x")
+
+
 STEPS = (
     "latency",
     "overhead",
@@ -212,6 +230,7 @@ STEPS = (
     "pruning",
     "flood",
     "scheduler",
+    "gang",
 )
 
 
@@ -233,6 +252,7 @@ def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) ->
         "predict": lambda: bench_predict(report, quick),
         "flood": lambda: bench_flood(report, quick),
         "scheduler": lambda: bench_scheduler(report, quick),
+        "gang": lambda: bench_gang(report, quick),
     }
     for name in STEPS:
         if only in (None, name):

@@ -1,5 +1,6 @@
 """GET /v1/jobs/{id}/logs (RELIABILITY.md §7): the last 200 lines by default, at most 5000
-lines and 1 MiB, only to the job's key or an admin; on SQLite and on real PostgreSQL."""
+lines and 1 MiB, only to the job's key or an admin; a gang member's (`member`) from the lines
+its worker shipped; on SQLite and on real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
 from app.core.config import get_settings
+from app.core.db import session_scope
+from app.domain import crud, member_log
 from app.domain.job_files import JobFiles
-from app.domain.job_log import MAX_TAIL_BYTES
+from app.domain.job_log import MAX_LINE_CHARS, MAX_TAIL_BYTES, MAX_TAIL_LINES
+from app.domain.states import ErrorCode
+from app.domain.tables import MemberLogLine
 from tests.app.test_auth import BODY, auth
 from tests.conftest import make_key
 
@@ -57,3 +63,70 @@ def test_only_the_jobs_key_or_an_admin_reads_its_log(api: TestClient) -> None:
     url = f"/v1/jobs/{job_id}/logs"
     assert api.get(url, headers=auth(bob)).status_code == 404
     assert api.get(url, headers=auth(admin)).json()["lines"] == ["a secret path"]
+
+
+def gang_job(client: TestClient, key: str) -> str:
+    body = {**BODY, "resources": {"nodes": 2}}
+    response = client.post("/v1/jobs", json=body, headers=auth(key))
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def test_a_gang_members_log_is_the_lines_its_worker_shipped(api: TestClient) -> None:
+    alice = make_key("alice")
+    job_id = gang_job(api, alice)
+    with session_scope() as session:
+        member_log.append(session, job_id, 1, ["gang node 1 of 2", "/srv/epochal/x.npz read"])
+    url = f"/v1/jobs/{job_id}/logs"
+    body = api.get(url, params={"member": 1}, headers=auth(alice)).json()
+    assert body == {
+        "job_id": job_id,
+        "member": 1,
+        "lines": ["gang node 1 of 2", "…/x.npz read"],  # server paths cut, as rank 0's
+        "truncated": False,
+    }
+    assert api.get(url, params={"member": 1, "tail": 1}, headers=auth(alice)).json()["truncated"]
+    assert api.get(url, headers=auth(alice)).json()["lines"] == []  # rank 0: its file, none yet
+
+
+def test_a_member_that_does_not_exist_is_a_404_and_a_negative_one_a_422(api: TestClient) -> None:
+    alice = make_key("alice")
+    gang, single = gang_job(api, alice), job_with_log(api, alice, ["one node"])
+    missing = api.get(f"/v1/jobs/{gang}/logs", params={"member": 2}, headers=auth(alice))
+    assert missing.status_code == 404
+    assert "members 0..1" in missing.json()["detail"]
+    lone = api.get(f"/v1/jobs/{single}/logs", params={"member": 1}, headers=auth(alice))
+    assert lone.status_code == 404
+    assert api.get(f"/v1/jobs/{single}/logs", params={"member": 0}, headers=auth(alice)).json()[
+        "lines"
+    ] == ["one node"]
+    negative = api.get(f"/v1/jobs/{gang}/logs", params={"member": -1}, headers=auth(alice))
+    assert negative.status_code == 422
+
+
+def test_a_member_keeps_its_newest_lines_as_many_as_a_tail_shows(api: TestClient) -> None:
+    alice = make_key("alice")
+    job_id = gang_job(api, alice)
+    with session_scope() as session:
+        member_log.append(session, job_id, 1, [f"line {i}" for i in range(MAX_TAIL_LINES)])
+    with session_scope() as session:
+        member_log.append(session, job_id, 1, ["line last", "x" * (MAX_LINE_CHARS + 10)])
+        member_log.append(session, job_id, 2, ["another member's"])
+    with session_scope() as session:
+        lines, truncated = member_log.tail(session, job_id, 1, MAX_TAIL_LINES + 1)
+    assert len(lines) == MAX_TAIL_LINES and not truncated
+    assert lines[0] == "line 2" and lines[-2] == "line last"
+    assert len(lines[-1]) == MAX_LINE_CHARS
+
+
+def test_deleting_a_job_deletes_its_members_lines(api: TestClient) -> None:
+    alice = make_key("alice")
+    job_id = gang_job(api, alice)
+    with session_scope() as session:
+        member_log.append(session, job_id, 1, ["gang node 1 of 2"])
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        crud.force_fail_queued(session, job, ErrorCode.queue_timeout, "ended for the test")
+    assert api.delete(f"/v1/jobs/{job_id}", headers=auth(alice)).status_code == 204
+    with session_scope() as session:
+        assert session.scalar(select(func.count()).select_from(MemberLogLine)) == 0

@@ -4,7 +4,9 @@ worker is free, starts when a second comes, and trains like one worker's two rep
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +17,8 @@ import pytest
 
 from app.domain.job_files import JobFiles
 from tests.helpers import (
+    CHECKOUT_CLI,
+    ROOT,
     Service,
     metric_attempts,
     running_service,
@@ -93,8 +97,22 @@ def gang_log_lines(homes: list[Path], job_id: str) -> list[str]:
     return lines
 
 
+def member_log(service: Service, job_id: str, member: int) -> list[str]:
+    """`epochal logs JOB --member N`: the client's command against the live service."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
+    env |= {"EPOCHAL_URL": service.url, "EPOCHAL_API_KEY": service.api_key}
+    argv = [*CHECKOUT_CLI, "logs", job_id, "--member", str(member)]
+    out = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120), check=True
+    )
+    return out.stdout.splitlines()
+
+
 def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
-    client: httpx.Client, start_worker: Callable[[str, Path], None], tmp_path: Path
+    service: Service,
+    client: httpx.Client,
+    start_worker: Callable[[str, Path], None],
+    tmp_path: Path,
 ) -> None:
     homes = [tmp_path / "a", tmp_path / "b"]
     start_worker("a", homes[0])
@@ -119,6 +137,17 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     assert any("gang node 0 of 2" in line for line in lines), lines
     assert any("gang node 1 of 2" in line for line in lines), lines
     assert all("rendezvous at tcp://127.0.0.1:" in line for line in lines), lines
+    assert all("; interface lo)" in line for line in lines), lines  # the offer's interface
+    # Member 1's log is in its worker's own home; its lines reach the API all the same.
+    wait_until(
+        lambda: any("ended: exit code 0" in line for line in member_log(service, gang, 1)),
+        60,
+        "member 1's end in its log",
+    )
+    shipped = member_log(service, gang, 1)
+    assert any("gang node 1 of 2" in line and "rendezvous at tcp://" in line for line in shipped)
+    missing = client.get(f"/v1/jobs/{gang}/logs", params={"member": 2})
+    assert missing.status_code == 404, missing.text
 
     local = submit(client, replicas=2)  # the same global batch on one worker's two replicas
     done_local = wait_for_status(client, local, {"succeeded", "failed", "cancelled"}, 300)

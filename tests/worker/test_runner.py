@@ -23,9 +23,10 @@ from app.schemas.api import StepProgress
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT, clear_caches, free_port, scaled, wait_until
 from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv, write_progress
-from worker.supervisor.job_end import record
+from worker.supervisor.attempt import Attempt
+from worker.supervisor.job_end import outcome_of, record, record_end
 from worker.supervisor.oom import MemoryWatch, memory_available, peak_rss
-from worker.supervisor.runner import Attempt, outcome_of, record_end, supervise
+from worker.supervisor.runner import supervise
 
 STUBBORN = (
     "import signal, time\n"

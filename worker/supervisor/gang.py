@@ -31,7 +31,7 @@ from app.schemas.api import StepProgress
 from app.services.dispatch import wake
 from app.services.queue import send_train
 from worker.protocol import RETRYABLE, GangNode, Outcome
-from worker.supervisor import shutdown
+from worker.supervisor import gang_address, shutdown
 from worker.supervisor.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,9 @@ def rendezvous(settings: Settings) -> Rendezvous:
     address, _ = advertised(settings)
     with socket.socket() as sock:
         sock.bind(("", 0))
-        return Rendezvous(address, int(sock.getsockname()[1]))
+        port = int(sock.getsockname()[1])
+    reach = gang_address.local_only(address, gang_address.interface_of(address))
+    return Rendezvous(address, port, gang_address.this_host(), reach)
 
 
 def wake_others(job_id: str, nodes: int) -> None:
@@ -136,10 +138,11 @@ def leave_forming(job_id: str) -> None:
 def describe(settings: Settings, formed: Formed) -> str:
     """The job log's line about this node: its rank and where the gang meets."""
     address, why = advertised(settings)
+    interface = gang_address.interface_of(address) or "not found"
     node = formed.node
     return (
-        f"gang node {node.rank} of {node.nodes} on {formed.worker}, address {address} ({why}); "
-        f"rendezvous at {node.init_url}"
+        f"gang node {node.rank} of {node.nodes} on {formed.worker}, address {address} ({why}; "
+        f"interface {interface}); rendezvous at {node.init_url}"
     )
 
 

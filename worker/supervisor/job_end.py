@@ -1,17 +1,24 @@
-"""Writes an attempt's end: a retryable failure re-queued (or retried), else the final status,
-then what the attempt left on disk, and the next trial of its sweep."""
+"""Writes an attempt's end: what the child reported or how it died, a gang's settling (rank 0)
+or its seat's end (another node), a retryable failure re-queued (or retried), else the final
+status, then what the attempt left on disk, and the next trial of its sweep."""
 
 from __future__ import annotations
 
+import logging
+import signal
+
 from app.core.config import Settings
-from app.core.db import session_scope
+from app.core.db import retrying, session_scope
 from app.domain import crud, retention
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.scheduler import preempt
 from app.services import sweeps
 from app.services.dispatch import dispatch
-from worker.protocol import Outcome
-from worker.supervisor import shutdown
+from worker.protocol import Outcome, read_outcome
+from worker.supervisor import gang, shutdown
+from worker.supervisor.attempt import Attempt, note
+
+log = logging.getLogger(__name__)
 
 
 def record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> None:
@@ -57,3 +64,56 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
             result=outcome.result or None,
         )
         return job.sweep_id
+
+
+def outcome_of(run: Attempt) -> Outcome:
+    """The child's own report, or what its death tells us."""
+    reported = read_outcome(run.workdir, run.attempt)
+    if reported is not None:
+        return reported
+    code = run.process.returncode
+    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    if run.stop_reason in (StopReason.shutdown, StopReason.preempted):  # its checkpoint stands
+        ended = f"the training process was ended while stopping ({run.stop_reason}, {how})"
+        return Outcome.stopped(run.stop_reason, ended)
+    if run.stop_reason is not None:  # it died after (or instead of) honouring a stop request
+        ended = f"the training process did not stop in time and was ended ({how})"
+        return Outcome.stopped(run.stop_reason, ended)
+    if code == -signal.SIGKILL and run.killed_at is None and run.memory.killed_by_oom():
+        return run.memory.outcome()  # a SIGKILL we did not send, near the memory limit
+    if code < 0:
+        return Outcome.failure(
+            ErrorCode.child_killed, f"the training process died ({how}); see the log"
+        )
+    return Outcome.failure(
+        ErrorCode.child_crashed,
+        f"the training process exited without a result ({how}); see the log",
+    )
+
+
+def record_end(settings: Settings, run: Attempt) -> None:
+    if run.lost:
+        log.warning("job %s attempt %s: lease lost; leaving the job", run.job_id, run.attempt)
+        _ship_rest(run)
+        return
+    outcome = outcome_of(run)
+    if run.formed is not None and run.formed.node.rank:  # rank 0 writes the gang's end
+        note(run, f"ended: exit code {run.process.returncode}")
+        _ship_rest(run)
+        gang.end_seat(run.formed, clean=run.process.returncode == 0)
+        return
+    if run.formed is not None:
+        outcome = gang.settle(settings, run.formed, outcome, run.broken)
+    note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
+    # Bounded by one lease, then the reaper decides; a try whose commit was lost and landed
+    # finds the attempt ended, and the fenced writes change nothing.
+    within = settings.lease_seconds
+    retrying(lambda: record(settings, run.job_id, run.attempt, outcome), within, "job end")
+    if run.formed is not None:
+        gang.release(run.formed)
+
+
+def _ship_rest(run: Attempt) -> None:
+    """Another node's last lines (its end among them) go to the database before it leaves."""
+    if run.shipper is not None:
+        run.shipper.ship()

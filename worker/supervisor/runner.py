@@ -10,13 +10,10 @@ can no longer prove it holds the lease, so two attempts never train at once (P10
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
@@ -25,7 +22,7 @@ from app.core.db import retrying
 from app.core.log_setup import job_context
 from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line, cap_log
-from app.domain.states import ErrorCode, JobStatus, StopReason
+from app.domain.states import JobStatus, StopReason
 from app.domain.tables import utcnow
 from app.scheduler.gang import Seat
 from app.schemas.job_spec import JobSpec
@@ -36,37 +33,19 @@ from worker.protocol import (
     child_argv,
     child_env,
     is_disk_full,
-    read_outcome,
     request_stop,
 )
 from worker.supervisor import gang, shutdown, wakeup
+from worker.supervisor.attempt import Attempt, note, signal_group
 from worker.supervisor.heartbeat import set_current_job
-from worker.supervisor.job_end import record
+from worker.supervisor.job_end import record, record_end
 from worker.supervisor.lease import LeaseKeeper
-from worker.supervisor.oom import MemoryWatch
+from worker.supervisor.log_shipper import LogShipper
 from worker.supervisor.standby import POOL, warm_up
 from worker.supervisor.threads import cpu_budget, threads_for
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
-
-
-@dataclass
-class Attempt:
-    job_id: str
-    attempt: int
-    workdir: Path
-    deadline: float
-    process: subprocess.Popen[bytes]
-    renewed_at: float  # monotonic time just before the last successful lease renewal
-    stop_sent_at: float | None = None
-    stop_reason: StopReason | None = None
-    terminated_at: float | None = None
-    killed_at: float | None = None
-    lost: bool = False
-    memory: MemoryWatch = field(default_factory=MemoryWatch)  # for an OOM verdict at the end
-    formed: gang.Formed | None = None  # this worker's node of a multi-node job's gang
-    broken: str | None = None  # rank 0: why the gang could not go on (a member lost)
 
 
 def run_job(job_id: str, worker_name: str) -> None:
@@ -131,7 +110,7 @@ def _run_attempt(
     try:
         supervise(settings, run)
     except BaseException:  # never leave a child training without a supervisor
-        _signal(run, signal.SIGKILL)
+        signal_group(run, signal.SIGKILL)
         run.process.wait()
         raise
     record_end(settings, run)
@@ -165,6 +144,10 @@ def start_child(
     stale_files = (files.outcome(attempt), files.stop_request(attempt), files.progress(attempt))
     for stale in stale_files:  # a preempted attempt
         stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
+    # Another node's log is in its own home: its lines go to the database too, from this one on.
+    shipper = (
+        LogShipper(job_id, formed.node.rank, files.log) if formed and formed.node.rank else None
+    )
     threads = threads_for(spec, cpu_budget(settings))
     pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
     append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s, {pools})")
@@ -187,7 +170,9 @@ def start_child(
                 env={**child_env(), SPAWNED_ENV: str(time.time()), **gang.node_env(formed)},
             )
     now = time.monotonic()
-    return Attempt(job_id, attempt, workdir, now + seconds, process, renewed_at=now, formed=formed)
+    return Attempt(
+        job_id, attempt, workdir, now + seconds, process, now, formed=formed, shipper=shipper
+    )
 
 
 def supervise(settings: Settings, run: Attempt) -> None:
@@ -211,7 +196,11 @@ def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
         now = time.monotonic()
         if now >= next_beat:
             next_beat = now + settings.heartbeat_seconds
-            cap_log(JobFiles(run.workdir).log, settings.max_log_bytes)  # the newest half stays
+            if run.shipper is not None:
+                run.shipper.ship()
+            dropped = cap_log(JobFiles(run.workdir).log, settings.max_log_bytes)  # newest half
+            if run.shipper is not None:
+                run.shipper.dropped(dropped)
         if not _still_ours(run, lease, now):
             return
         if now >= run.deadline:
@@ -237,8 +226,8 @@ def _still_ours(run: Attempt, lease: LeaseKeeper, now: float) -> bool:
         return False
     if lease.broken and run.broken is None:  # a gang's member is gone: the attempt is over
         run.broken = lease.broken
-        _signal(run, signal.SIGKILL)
-        _note(run, f"{lease.broken}: killed the training process (the gang stops whole)")
+        signal_group(run, signal.SIGKILL)
+        note(run, f"{lease.broken}: killed the training process (the gang stops whole)")
     if lease.status == JobStatus.cancelling:
         _request_stop(run, StopReason.cancelled)
     elif lease.preempted:  # a higher-priority job asked for this worker: stop at the epoch
@@ -248,16 +237,8 @@ def _still_ours(run: Attempt, lease: LeaseKeeper, now: float) -> bool:
 
 def _lose(run: Attempt, why: str) -> None:
     run.lost = True
-    _signal(run, signal.SIGKILL)
-    _note(run, f"{why}: killed the training process")
-
-
-def _note(run: Attempt, text: str) -> None:
-    log.info("job %s attempt %s: %s", run.job_id, run.attempt, text)
-    try:
-        append_line(run.workdir, text)
-    except OSError:
-        log.warning("could not write job %s's log", run.job_id, exc_info=True)
+    signal_group(run, signal.SIGKILL)
+    note(run, f"{why}: killed the training process")
 
 
 def _request_stop(run: Attempt, reason: StopReason) -> None:
@@ -265,8 +246,8 @@ def _request_stop(run: Attempt, reason: StopReason) -> None:
         return
     request_stop(run.workdir, run.attempt, reason)
     run.stop_sent_at, run.stop_reason = time.monotonic(), reason
-    _signal(run, STOP_SIGNAL)
-    _note(run, f"asked the training process to stop ({reason})")
+    signal_group(run, STOP_SIGNAL)
+    note(run, f"asked the training process to stop ({reason})")
 
 
 def _escalate(settings: Settings, run: Attempt, now: float) -> None:
@@ -275,61 +256,9 @@ def _escalate(settings: Settings, run: Attempt, now: float) -> None:
         return
     if run.terminated_at is None:
         run.terminated_at = now
-        _signal(run, signal.SIGTERM)
-        _note(run, f"no stop after {settings.cancel_grace_seconds:g}s: sent SIGTERM")
+        signal_group(run, signal.SIGTERM)
+        note(run, f"no stop after {settings.cancel_grace_seconds:g}s: sent SIGTERM")
     elif run.killed_at is None and now - run.terminated_at >= settings.kill_grace_seconds:
         run.killed_at = now
-        _signal(run, signal.SIGKILL)
-        _note(run, f"still running {settings.kill_grace_seconds:g}s after SIGTERM: sent SIGKILL")
-
-
-def _signal(run: Attempt, signum: int) -> None:
-    try:
-        os.killpg(run.process.pid, signum)  # the child's whole group: every DDP rank too
-    except ProcessLookupError:
-        pass
-
-
-def outcome_of(run: Attempt) -> Outcome:
-    """The child's own report, or what its death tells us."""
-    reported = read_outcome(run.workdir, run.attempt)
-    if reported is not None:
-        return reported
-    code = run.process.returncode
-    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    if run.stop_reason in (StopReason.shutdown, StopReason.preempted):  # its checkpoint stands
-        ended = f"the training process was ended while stopping ({run.stop_reason}, {how})"
-        return Outcome.stopped(run.stop_reason, ended)
-    if run.stop_reason is not None:  # it died after (or instead of) honouring a stop request
-        ended = f"the training process did not stop in time and was ended ({how})"
-        return Outcome.stopped(run.stop_reason, ended)
-    if code == -signal.SIGKILL and run.killed_at is None and run.memory.killed_by_oom():
-        return run.memory.outcome()  # a SIGKILL we did not send, near the memory limit
-    if code < 0:
-        return Outcome.failure(
-            ErrorCode.child_killed, f"the training process died ({how}); see the log"
-        )
-    return Outcome.failure(
-        ErrorCode.child_crashed,
-        f"the training process exited without a result ({how}); see the log",
-    )
-
-
-def record_end(settings: Settings, run: Attempt) -> None:
-    if run.lost:
-        log.warning("job %s attempt %s: lease lost; leaving the job", run.job_id, run.attempt)
-        return
-    outcome = outcome_of(run)
-    if run.formed is not None and run.formed.node.rank:  # rank 0 writes the gang's end
-        _note(run, f"ended: exit code {run.process.returncode}")
-        gang.end_seat(run.formed, clean=run.process.returncode == 0)
-        return
-    if run.formed is not None:
-        outcome = gang.settle(settings, run.formed, outcome, run.broken)
-    _note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
-    # Bounded by one lease, then the reaper decides; a try whose commit was lost and landed
-    # finds the attempt ended, and the fenced writes change nothing.
-    within = settings.lease_seconds
-    retrying(lambda: record(settings, run.job_id, run.attempt, outcome), within, "job end")
-    if run.formed is not None:
-        gang.release(run.formed)
+        signal_group(run, signal.SIGKILL)
+        note(run, f"still running {settings.kill_grace_seconds:g}s after SIGTERM: sent SIGKILL")

@@ -1,16 +1,18 @@
-"""A job's log: the last lines of its training child's output and the supervisor's notes."""
+"""A job's log: the last lines of its training child's output and the supervisor's notes, of
+rank 0 (the job's log file) or of another member of a multi-node job's gang (shipped rows)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
-from app.api.deps import JobDep
+from app.api.deps import JobDep, SessionDep
 from app.core.config import get_settings
+from app.domain import member_log
 from app.domain.job_files import JobFiles
-from app.domain.job_log import tail_lines
+from app.domain.job_log import MAX_TAIL_LINES, tail_lines
 from app.domain.redact import without_server_paths
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -18,16 +20,32 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 class JobLogPublic(BaseModel):
     job_id: str
+    member: int = Field(0, description="the gang member (node rank) whose log this is")
     lines: list[str] = Field(description="oldest first; empty until the job has started")
     truncated: bool = Field(description="earlier lines exist; ask for a larger `tail`")
 
 
 @router.get("/{job_id}/logs", response_model=JobLogPublic, operation_id="get_job_logs")
-def read_job_logs(job: JobDep, tail: Annotated[int, Query(ge=1, le=5000)] = 200) -> JobLogPublic:
+def read_job_logs(
+    job: JobDep,
+    session: SessionDep,
+    tail: Annotated[int, Query(ge=1, le=MAX_TAIL_LINES)] = 200,
+    member: Annotated[
+        int, Query(ge=0, description="a multi-node job's member (node rank); 0: rank 0's log")
+    ] = 0,
+) -> JobLogPublic:
     """The last `tail` lines of the job's log (for operators: why did it fail?), each
     absolute path on the server cut to its last component (the file on disk keeps them)."""
-    lines, truncated = tail_lines(
-        JobFiles.of(get_settings().resolved_artifacts_dir, job.id).log, tail
-    )
+    if member >= job.nodes:
+        raise HTTPException(
+            status_code=404,
+            detail=f"job {job.id} has no member {member}: it runs on {job.nodes} node(s), "
+            f"members 0..{job.nodes - 1}",
+        )
+    if member == 0:
+        log = JobFiles.of(get_settings().resolved_artifacts_dir, job.id).log
+        lines, truncated = tail_lines(log, tail)
+    else:
+        lines, truncated = member_log.tail(session, job.id, member, tail)
     shown = [without_server_paths(line) for line in lines]
-    return JobLogPublic(job_id=job.id, lines=shown, truncated=truncated)
+    return JobLogPublic(job_id=job.id, member=member, lines=shown, truncated=truncated)

@@ -1,0 +1,45 @@
+"""A gang member's job log (ranks 1..N-1) in the database: each member's log file is in its own
+home, which the API may not reach, so its supervisor ships the lines here as they come.
+
+Rank 0's log stays the job's log file (app.domain.job_log), beside its checkpoints and model.
+A member keeps its newest MAX_TAIL_LINES lines, as many as one tail can show.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from app.domain.job_log import MAX_LINE_CHARS, MAX_TAIL_LINES
+from app.domain.tables import MemberLogLine
+
+
+def append(session: Session, job_id: str, member: int, lines: list[str]) -> None:
+    """Add a member's new lines, and drop its oldest past MAX_TAIL_LINES."""
+    if not lines:
+        return
+    session.add_all(
+        MemberLogLine(job_id=job_id, member=member, line=line[:MAX_LINE_CHARS]) for line in lines
+    )
+    session.flush()
+    mine = (MemberLogLine.job_id == job_id, MemberLogLine.member == member)
+    newest_dropped = session.scalar(
+        select(MemberLogLine.id)
+        .where(*mine)
+        .order_by(MemberLogLine.id.desc())
+        .offset(MAX_TAIL_LINES)
+        .limit(1)
+    )
+    if newest_dropped is not None:
+        session.execute(delete(MemberLogLine).where(*mine, MemberLogLine.id <= newest_dropped))
+
+
+def tail(session: Session, job_id: str, member: int, count: int) -> tuple[list[str], bool]:
+    """A member's last `count` lines, oldest first, and whether earlier ones exist."""
+    newest = session.scalars(
+        select(MemberLogLine.line)
+        .where(MemberLogLine.job_id == job_id, MemberLogLine.member == member)
+        .order_by(MemberLogLine.id.desc())
+        .limit(count + 1)
+    ).all()
+    return list(reversed(newest[:count])), len(newest) > count
