@@ -28,9 +28,7 @@ CHILD = "import os\nprint('child of node', os.environ['EPOCHAL_GANG_NODE'], flus
 
 
 @pytest.fixture
-def settings(
-    db_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Settings:
+def settings(db_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Both nodes' settings: one artifacts directory; the child is a one-line script."""
     child = tmp_path / "child"
     child.write_text(f"#!{sys.executable}\n{CHILD}")
