@@ -165,7 +165,7 @@ class Settings(BaseSettings):
         3600, gt=0, description="How often each process applies the retention."
     )
     max_log_bytes: int = Field(
-        50_000_000, ge=0, description="A job.log past this keeps its newest half (0: no cap)."
+        50_000_000, ge=0, description="A job's log past this keeps its newest half (0: no cap)."
     )
 
     log_json: bool = Field(False, description="Log JSON lines (with the job id) instead of text.")

@@ -5,7 +5,8 @@ all of them come from the job id or a server-made dataset id, never from a reque
 
     <artifacts_dir>/<job_id>/
         spec.json               the resolved spec, written by the supervisor per attempt
-        job.log                 the child's output and the supervisor's notes
+        job.log                 the child's output and the supervisor's notes (a gang's rank 0)
+        member-N.log            the same, of a multi-node job's node N (1..nodes-1)
         model/model.pt          the trained model (model.keras for TensorFlow)
         model/model.onnx        the model for predictions, with model/model-card.json
         checkpoints/epoch-NNNN  checkpoints; checkpoints/latest names the newest whole one
@@ -46,6 +47,11 @@ class JobFiles:
     @property
     def log(self) -> Path:
         return self.root / "job.log"
+
+    def member_log(self, member: int) -> Path:
+        """The log that node `member` of a gang writes: job.log for rank 0 (and one node)."""
+        # Workers may share one artifacts directory: each node appends to a file of its own.
+        return self.log if member == 0 else self.root / f"member-{member}.log"
 
     @property
     def model_dir(self) -> Path:

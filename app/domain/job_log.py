@@ -1,4 +1,5 @@
-"""A job's log file: the training child's output plus the supervisor's notes, one per job.
+"""A job's log file: the training child's output plus the supervisor's notes, one per job
+(and one per node of a multi-node job: JobFiles.member_log).
 
 The worker appends to it; GET /v1/jobs/{id}/logs reads its tail. Both sides take the path from
 app.domain.job_files, from the job id (never from the user), so no request can name another file.
@@ -14,20 +15,18 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.domain.job_files import JobFiles
-
 MAX_TAIL_BYTES = 1 << 20  # a tail never reads more than this, whatever N asks for
 MAX_TAIL_LINES = 5000  # the most lines one tail shows (and a gang member's log keeps)
 MAX_LINE_CHARS = 4096
 _BLOCK = 64 * 1024
 
 
-def append_line(job_dir: Path, text: str) -> None:
+def append_line(log: Path, text: str) -> None:
     """One timestamped line from the supervisor (O_APPEND: never splits the child's lines)."""
-    job_dir.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
     line = f"{stamp} supervisor: {text}\n".encode()
-    fd = os.open(JobFiles(job_dir).log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line)
     finally:
@@ -72,7 +71,7 @@ def cap_log(path: Path, max_bytes: int) -> int:
             dropped = _collapse(fd, start) or _rewrite_tail(fd, start)
         finally:
             os.close(fd)
-        append_line(path.parent, f"job.log passed {max_bytes} bytes: dropped the oldest {dropped}")
+        append_line(path, f"{path.name} passed {max_bytes} bytes: dropped the oldest {dropped}")
     except OSError:  # a log that cannot be capped (gone, disk full) must not stop training
         return 0
     return dropped

@@ -88,12 +88,15 @@ def losses(client: httpx.Client, job_id: str) -> list[float]:
     return [float(row["train_loss"]) for row in rows]
 
 
-def gang_log_lines(homes: list[Path], job_id: str) -> list[str]:
+def gang_log_lines(homes: list[Path], job_id: str, nodes: int = 2) -> list[str]:
+    """Every node's "gang node" lines, from each node's own log (rank 0's job.log, node N's
+    member-N.log) in whichever home it ran."""
     lines = []
     for home in homes:
-        log = JobFiles.of(home / "artifacts", job_id).log
-        if log.exists():
-            lines += [line for line in log.read_text().splitlines() if "gang node" in line]
+        for member in range(nodes):
+            log = JobFiles.of(home / "artifacts", job_id).member_log(member)
+            if log.exists():
+                lines += [line for line in log.read_text().splitlines() if "gang node" in line]
     return lines
 
 
@@ -138,7 +141,9 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     assert any("gang node 1 of 2" in line for line in lines), lines
     assert all("rendezvous at tcp://127.0.0.1:" in line for line in lines), lines
     assert all("; interface lo)" in line for line in lines), lines  # the offer's interface
-    # Member 1's log is in its worker's own home; its lines reach the API all the same.
+    rank_0s = gang_log_lines(homes, gang, nodes=1)  # job.log only: node 1 writes member-1.log
+    assert rank_0s and not any("gang node 1" in line for line in rank_0s), rank_0s
+    # Member 1's log is in its worker's own home here; its lines reach the API all the same.
     wait_until(
         lambda: any("ended: exit code 0" in line for line in member_log(service, gang, 1)),
         60,

@@ -55,7 +55,7 @@ def test_a_capped_log_goes_on_from_its_first_unsent_line(
     with log.open("a") as f:
         f.write("unsent when the cap came\n")
     shipper.dropped(cap_log(log, 4000))
-    append_line(tmp_path, "after the cap")
+    append_line(log, "after the cap")
     shipper.ship()
     lines = shipped(job_id)
     assert [line.split()[0] for line in lines[:100]] == [f"{i:04d}" for i in range(100)]

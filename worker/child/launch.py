@@ -228,10 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         args.threads = job.threads
         # From now on `ps` shows what a cold child would show: the job id, attempt, threads.
         setproctitle(" ".join(child_argv(args.job_id, args.attempt, threads=args.threads)))
+        # Only a one-node job gets a warm child (a gang's nodes start cold, their output
+        # already in their own log, JobFiles.member_log): its log is the job's.
         write_output_to(JobFiles.of(settings.resolved_artifacts_dir, args.job_id).log)
     else:
         started = float(os.environ.pop(SPAWNED_ENV, time.time()))
-    configure_logging("child", job_id=args.job_id)  # to job.log, the job id on every line
+    configure_logging("child", job_id=args.job_id)  # to this node's log, the job id on each line
     files = JobFiles.of(settings.resolved_artifacts_dir, args.job_id)
     workdir = files.root
     spec = JobSpec.model_validate_json(files.spec.read_text())

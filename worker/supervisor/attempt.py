@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line
 from app.domain.states import StopReason
 from worker.supervisor import gang
@@ -36,12 +37,17 @@ class Attempt:
     broken: str | None = None  # rank 0: why the gang could not go on (a member lost)
     shipper: LogShipper | None = None  # another node: its log's lines, to the database
 
+    @property
+    def log(self) -> Path:
+        """The log this node writes (JobFiles.member_log): never another node's file."""
+        return JobFiles(self.workdir).member_log(gang.member_of(self.formed))
+
 
 def note(run: Attempt, text: str) -> None:
-    """A line in the worker's log and the job's."""
+    """A line in the worker's log and in this node's job log."""
     log.info("job %s attempt %s: %s", run.job_id, run.attempt, text)
     try:
-        append_line(run.workdir, text)
+        append_line(run.log, text)
     except OSError:
         log.warning("could not write job %s's log", run.job_id, exc_info=True)
 

@@ -176,6 +176,11 @@ class SeatKeeper(LeaseKeeper):
             return JobStatus(job.status)
 
 
+def member_of(formed: Formed | None) -> int:
+    """This worker's node of the job: its rank in a gang, 0 for a one-node job."""
+    return 0 if formed is None else formed.node.rank
+
+
 def node_env(formed: Formed | None) -> dict[str, str]:
     """What a gang node's training process is told of its node (nothing for one node)."""
     return {} if formed is None else formed.node.env()

@@ -1,5 +1,6 @@
-"""A gang member's (rank 1..N-1) job log, shipped to the database as it grows: the member's
-file is in its own home, which the API may not reach (app.domain.member_log reads the rows)."""
+"""A gang member's (rank 1..N-1) log, shipped to the database as it grows: the member writes
+its own file (JobFiles.member_log), on storage the API may not reach (app.domain.member_log
+reads the rows)."""
 
 from __future__ import annotations
 

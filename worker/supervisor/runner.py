@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from datetime import datetime
+from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
@@ -30,6 +31,7 @@ from worker.protocol import (
     SPAWNED_ENV,
     STOP_SIGNAL,
     Outcome,
+    Threads,
     child_argv,
     child_env,
     is_disk_full,
@@ -144,22 +146,20 @@ def start_child(
     stale_files = (files.outcome(attempt), files.stop_request(attempt), files.progress(attempt))
     for stale in stale_files:  # a preempted attempt
         stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
-    # Another node's log is in its own home: its lines go to the database too, from this one on.
-    shipper = (
-        LogShipper(job_id, formed.node.rank, files.log) if formed and formed.node.rank else None
-    )
+    # Each node writes a log of its own (the workers may share one artifacts directory);
+    # another node's lines go to the database too, from this attempt on: the API reads those.
+    member = gang.member_of(formed)
+    log_path = files.member_log(member)
+    shipper = LogShipper(job_id, member, log_path) if member else None
     threads = threads_for(spec, cpu_budget(settings))
-    pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
-    append_line(workdir, f"attempt {attempt} starting (runtime left {seconds:.0f}s, {pools})")
-    if formed is not None:
-        append_line(workdir, gang.describe(settings, formed))
+    _log_start(settings, log_path, attempt, seconds, threads, formed)
     # A gang's node is started cold: its environment names its rank and the rendezvous.
     process = None if formed else POOL.assign(spec.framework, job_id, attempt, threads)
     # The next child of this kind imports its framework while this one trains, so a job that
     # comes right after this one ends (a sweep's next trial) starts warm too.
     warm_up(settings, [spec.framework])
     if process is None:
-        with files.log.open("ab") as log_file:  # the child keeps its own copy of the fd
+        with log_path.open("ab") as log_file:  # the child keeps its own copy of the fd
             process = subprocess.Popen(
                 child_argv(
                     job_id, attempt, threads=threads, python=settings.python_for(spec.framework)
@@ -173,6 +173,21 @@ def start_child(
     return Attempt(
         job_id, attempt, workdir, now + seconds, process, now, formed=formed, shipper=shipper
     )
+
+
+def _log_start(
+    settings: Settings,
+    log_path: Path,
+    attempt: int,
+    seconds: float,
+    threads: Threads,
+    formed: gang.Formed | None,
+) -> None:
+    """The attempt's first lines in this node's log: its time left, threads and gang node."""
+    pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
+    append_line(log_path, f"attempt {attempt} starting (runtime left {seconds:.0f}s, {pools})")
+    if formed is not None:
+        append_line(log_path, gang.describe(settings, formed))
 
 
 def supervise(settings: Settings, run: Attempt) -> None:
@@ -198,7 +213,7 @@ def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
             next_beat = now + settings.heartbeat_seconds
             if run.shipper is not None:
                 run.shipper.ship()
-            dropped = cap_log(JobFiles(run.workdir).log, settings.max_log_bytes)  # newest half
+            dropped = cap_log(run.log, settings.max_log_bytes)  # keeps the newest half
             if run.shipper is not None:
                 run.shipper.dropped(dropped)
         if not _still_ours(run, lease, now):

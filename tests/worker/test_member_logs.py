@@ -1,0 +1,77 @@
+"""Two nodes of a multi-node job on one shared artifacts directory (production: every worker
+mounts the same storage) each write a log of their own: rank 0's job.log holds only rank 0's
+lines, and member 1's shipped rows only member 1's, through the supervisor's own functions."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.config import Settings, get_settings
+from app.core.db import session_scope
+from app.domain import crud, member_log
+from app.domain.job_files import JobFiles
+from app.domain.job_log import cap_log
+from app.domain.retention import remove_job_files
+from app.domain.tables import utcnow
+from app.schemas.job_spec import JobSpec
+from worker.protocol import GangNode
+from worker.supervisor.attempt import Attempt, note
+from worker.supervisor.gang import Formed
+from worker.supervisor.runner import start_child
+
+# The training process's part: it prints to stdout, which the supervisor points at the log.
+CHILD = "import os\nprint('child of node', os.environ['EPOCHAL_GANG_NODE'], flush=True)\n"
+
+
+@pytest.fixture
+def settings(db_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Both nodes' settings: one artifacts directory; the child is a one-line script."""
+    child = tmp_path / "child"
+    child.write_text(f"#!{sys.executable}\n{CHILD}")
+    child.chmod(0o755)
+    monkeypatch.setenv("EPOCHAL_PYTORCH_PYTHON", str(child))  # run as `child -m ...`
+    monkeypatch.setenv("EPOCHAL_WARM_FRAMEWORKS", "")
+    get_settings.cache_clear()
+    return get_settings()
+
+
+def start_node(settings: Settings, job_id: str, spec: JobSpec, rank: int) -> Attempt:
+    """Node `rank` of the 2-node gang's attempt 1, started as the runner starts it."""
+    node = GangNode(rank, 2, "tcp://127.0.0.1:29500")
+    formed = Formed(job_id, 1, spec, utcnow(), node, f"w{rank}")
+    run = start_child(settings, job_id, 1, spec, 600, formed)
+    assert run.process.wait(timeout=60) == 0
+    return run
+
+
+def test_each_node_writes_and_ships_only_its_own_lines(settings: Settings) -> None:
+    spec = JobSpec.model_validate(
+        {"framework": "pytorch", "dataset": {"name": "digits"}, "resources": {"nodes": 2}}
+    )
+    with session_scope() as session:
+        job_id = crud.create_job(session, spec, "gpus-0").id
+    rank0, member1 = (start_node(settings, job_id, spec, rank) for rank in (0, 1))
+    assert rank0.shipper is None and member1.shipper is not None
+    note(rank0, "rank 0's note")
+    note(member1, "member 1's note")
+    member1.shipper.ship()  # then the cap, as each heartbeat does; it notes it in the file
+    member1.shipper.dropped(cap_log(member1.log, 200))
+    member1.shipper.ship()
+
+    files = JobFiles.of(settings.resolved_artifacts_dir, job_id)
+    own = files.log.read_text()
+    assert "gang node 0 of 2" in own and "child of node 0,2" in own and "rank 0's note" in own
+    assert "node 1" not in own and "member" not in own and "passed 200 bytes" not in own
+    with session_scope() as session:
+        shipped = "\n".join(member_log.tail(session, job_id, 1, 1000)[0])
+    assert "gang node 1 of 2" in shipped and "child of node 1,2" in shipped
+    assert "member 1's note" in shipped and "member-1.log passed 200 bytes" in shipped
+    assert "node 0" not in shipped and "rank 0" not in shipped
+
+    assert member1.log == files.member_log(1) != files.log == rank0.log
+    remove_job_files(settings.resolved_artifacts_dir, job_id)  # as deleting the job does
+    assert not os.path.exists(files.root)
