@@ -40,7 +40,8 @@ class Seat:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """Where rank 0's node meets the others: its address and a port it found free."""
+    """Where a seat's worker is reached: its address and a port it found free (rank 0's hosts
+    PyTorch's rendezvous; every seat's is its TensorFlow worker's server)."""
 
     address: str
     port: int
@@ -79,8 +80,11 @@ def open_gang(
     return Seat(job_id, 0, nodes)
 
 
-def join_forming(session: Session, worker: str, gpus: int, settings: Settings) -> Seat | None:
-    """A seat in the oldest forming gang that fits this worker; the last seat forms it."""
+def join_forming(
+    session: Session, worker: str, gpus: int, settings: Settings, where: Rendezvous | None = None
+) -> Seat | None:
+    """A seat in the oldest forming gang that fits this worker, at `where`; the last seat
+    forms it."""
     mine = exists().where(GangMember.job_id == Job.id, GangMember.worker == worker)
     forming = (
         select(Job)
@@ -101,7 +105,7 @@ def join_forming(session: Session, worker: str, gpus: int, settings: Settings) -
     seats = seats_of(session, job.id)
     if len(seats) >= job.nodes or any(seat.attempt is not None for seat in seats):
         return None  # full, or the seats of an attempt that ended (dissolve clears them)
-    _take_seat(session, job.id, worker, len(seats), settings, None)
+    _take_seat(session, job.id, worker, len(seats), settings, where)
     if len(seats) + 1 == job.nodes:
         _form(session, job.id, seats[0].worker, settings)
     return Seat(job.id, len(seats), job.nodes)
