@@ -1,6 +1,7 @@
 """One job over several workers: two `epochal worker` processes, each with its own home, on
 PostgreSQL + Redis; a 2-node PyTorch job (gloo on CPU) waits holding nothing while only one
-worker is free, starts when a second comes, and trains like one worker's two replicas."""
+worker is free, starts when a second comes, and trains like one worker's two replicas; so does
+a 2-node TensorFlow job (MultiWorkerMirroredStrategy) on the same workers."""
 
 from __future__ import annotations
 
@@ -71,9 +72,12 @@ def live_workers(client: httpx.Client) -> list[dict[str, Any]]:
     return list(client.get("/v1/workers").json()["items"])
 
 
-def submit(client: httpx.Client, epochs: int = 4, **resources: Any) -> str:
+def submit(
+    client: httpx.Client, epochs: int = 4, framework: str = "pytorch", **resources: Any
+) -> str:
     training = {**SPEC["training"], "epochs": epochs}
-    response = client.post("/v1/jobs", json={**SPEC, "training": training, "resources": resources})
+    body = {**SPEC, "framework": framework, "training": training, "resources": resources}
+    response = client.post("/v1/jobs", json=body)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
 
@@ -93,7 +97,7 @@ def gang_log_lines(homes: list[Path], job_id: str) -> list[str]:
     return lines
 
 
-def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
+def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas_in_either_framework(
     client: httpx.Client, start_worker: Callable[[str, Path], None], tmp_path: Path
 ) -> None:
     homes = [tmp_path / "a", tmp_path / "b"]
@@ -112,19 +116,32 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     assert [w["busy"] for w in live_workers(client)] == [False]
 
     start_worker("b", homes[1])
+    trains_like_two_replicas(client, homes, gang, "ddp")
+    # TensorFlow on the same two workers: MultiWorkerMirroredStrategy, a server per node.
+    trains_like_two_replicas(client, homes, submit(client, 3, "tensorflow", nodes=2), "mirrored")
+
+
+def trains_like_two_replicas(
+    client: httpx.Client, homes: list[Path], gang: str, strategy: str
+) -> None:
+    """The gang succeeds, rows 1..N once each, and one worker's two replicas (the same global
+    batch and seed) give the same per-epoch losses and about the same accuracy."""
     done = wait_for_status(client, gang, {"succeeded", "failed", "cancelled"}, 300)
     assert done["status"] == "succeeded", done["error"]
-    assert (done["result"]["replicas"], done["result"]["strategy"]) == (2, "ddp")
+    assert (done["result"]["replicas"], done["result"]["strategy"]) == (2, strategy)
     lines = gang_log_lines(homes, gang)
     assert any("gang node 0 of 2" in line for line in lines), lines
     assert any("gang node 1 of 2" in line for line in lines), lines
     assert all("rendezvous at tcp://127.0.0.1:" in line for line in lines), lines
 
-    local = submit(client, replicas=2)  # the same global batch on one worker's two replicas
+    spec = done["spec"]
+    epochs, framework = spec["training"]["epochs"], spec["framework"]
+    local = submit(client, epochs, framework, replicas=2)  # one worker's two replicas
     done_local = wait_for_status(client, local, {"succeeded", "failed", "cancelled"}, 300)
     assert done_local["status"] == "succeeded", done_local["error"]
     two_nodes, two_replicas = losses(client, gang), losses(client, local)
-    assert len(two_nodes) == len(two_replicas) == SPEC["training"]["epochs"]
+    print(f"{framework} per-epoch train loss: 2 nodes {two_nodes}, 2 replicas {two_replicas}")
+    assert len(two_nodes) == len(two_replicas) == epochs
     assert two_nodes == pytest.approx(two_replicas, rel=0.01)
     accuracy = done["result"]["val_accuracy"]
     assert abs(accuracy - done_local["result"]["val_accuracy"]) <= 0.02  # the replica tolerance
