@@ -150,18 +150,20 @@ def trains_like_two_replicas(
     )
 
 
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
 def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     service: Service,
     client: httpx.Client,
     start_worker: Callable[[str, Path], None],
     tmp_path: Path,
+    framework: str,
 ) -> None:
     names = {"p": tmp_path / "p", "q": tmp_path / "q"}
     for name, home in names.items():
         start_worker(name, home)
     wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
     epochs = 12
-    job = submit(client, epochs=epochs, nodes=2)
+    job = submit(client, epochs, framework, nodes=2)
     wait_until(lambda: len(metric_attempts(service, job)) >= 2, 240, "epoch 2")
     ranks = {
         name: line
