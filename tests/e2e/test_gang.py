@@ -119,6 +119,7 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas_
     trains_like_two_replicas(client, homes, gang, "ddp")
     # TensorFlow on the same two workers: MultiWorkerMirroredStrategy, a server per node.
     trains_like_two_replicas(client, homes, submit(client, 3, "tensorflow", nodes=2), "mirrored")
+    a_cancel_mid_epoch_stops_both_nodes_together(client)
 
 
 def trains_like_two_replicas(
@@ -145,6 +146,33 @@ def trains_like_two_replicas(
     assert two_nodes == pytest.approx(two_replicas, rel=0.01)
     accuracy = done["result"]["val_accuracy"]
     assert abs(accuracy - done_local["result"]["val_accuracy"]) <= 0.02  # the replica tolerance
+    wait_until(
+        lambda: not any(w["busy"] for w in live_workers(client)), 30, "both workers to be free"
+    )
+
+
+def a_cancel_mid_epoch_stops_both_nodes_together(client: httpx.Client) -> None:
+    """A TensorFlow gang cancelled within its first epoch: the nodes agree every chunk of steps
+    whether either was interrupted, so both leave the epoch at the same step (a node left
+    alone would wait in a collective for the collective timeout)."""
+    body = {
+        **SPEC,
+        "framework": "tensorflow",
+        "dataset": {"name": "synthetic", "samples": 200_000},  # 100,000 steps an epoch
+        "training": {"epochs": 2, "batch_size": 2},
+        "resources": {"nodes": 2},
+    }
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job = response.json()["id"]
+
+    def stepping() -> bool:
+        return bool((client.get(f"/v1/jobs/{job}").json()["step_progress"] or {}).get("step"))
+
+    wait_until(stepping, 120, "the gang's first steps")
+    client.post(f"/v1/jobs/{job}/cancel")
+    done = wait_for_status(client, job, {"cancelled", "failed", "succeeded"}, timeout=60)
+    assert (done["status"], done["current_epoch"]) == ("cancelled", 0), done["error"]
     wait_until(
         lambda: not any(w["busy"] for w in live_workers(client)), 30, "both workers to be free"
     )

@@ -25,14 +25,11 @@ from worker.training.backend import Placement, TrainedEpoch  # noqa: E402
 from worker.training.callbacks import Logs, TrainState  # noqa: E402
 from worker.training.data import Splits, epoch_order, global_steps  # noqa: E402
 from worker.training.init import initial_weights  # noqa: E402
-from worker.training.tf.cluster import broadcast_bytes, max_all  # noqa: E402
+from worker.training.loop import agree_on_interrupt  # noqa: E402
+from worker.training.tf.cluster import Exchange  # noqa: E402
 from worker.training.tf.graph import build_model  # noqa: E402
 from worker.training.tf.optimizers import RegistryOptimizer  # noqa: E402
-from worker.training.tf.strategy import (  # noqa: E402
-    distribute_epoch,
-    make_strategy,
-    thread_counts,
-)
+from worker.training.tf.strategy import distribute_epoch, make_strategy, thread_counts  # noqa: E402
 
 CHUNK_STEPS = 64
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -51,6 +48,7 @@ class TFBackend:
         self.spec, self.placement, self.is_main = spec, placement, placement.is_main
         self.classify = spec.task == "classification"
         self.replicas = self.strategy.num_replicas_in_sync
+        self.exchange = Exchange(self.strategy) if placement.peers else None  # a gang's nodes
         x = model_input(spec, splits.input_shape, splits.tokens, splits.vocab)
         self.graph = built_model(spec, x, splits.outputs)
         with self.strategy.scope():
@@ -169,7 +167,7 @@ class TFBackend:
             metric_sum += float(metric)
             done += len(losses)
             state.steps_done(done, steps)
-            if state.interrupt is not None and done < steps:
+            if done < steps and agree_on_interrupt(self, state):  # a gang's nodes stop alike
                 return None
         state.global_step += steps
         seen = min(steps * batch, len(order))
@@ -285,13 +283,15 @@ class TFBackend:
         return path
 
     def agree(self, value: int) -> int:  # one process drives every replica on one node
-        return max_all(self.strategy, value) if self.placement.peers else value
+        return self.exchange.max_all(value) if self.exchange else value
 
     def broadcast(self, payload: bytes, source: int) -> bytes:  # only a gang has others
         mine = self.placement.rank == source
-        return broadcast_bytes(self.strategy, payload, mine) if self.placement.peers else payload
+        return self.exchange.broadcast(payload, mine) if self.exchange else payload
 
     def close(self, exiting: bool = False) -> None:
+        if self.exchange is not None:
+            self.exchange.barrier()
         if not exiting:  # ~0.2 s that a training process about to exit need not spend
             keras.backend.clear_session()
 

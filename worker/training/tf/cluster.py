@@ -1,5 +1,5 @@
 """A TensorFlow job over a gang's nodes: MultiWorkerMirroredStrategy from a TF_CONFIG, and the
-two cross-node exchanges the loop needs (the largest value, and one node's bytes)."""
+cross-node exchanges the loop needs (the largest value, one node's bytes, leaving together)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.distribute import collective_all_reduce_strategy
+from tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2 import CoordinatedJob
+from tensorflow.python.eager import context
 
 from worker.training.backend import Placement
 
@@ -31,15 +32,20 @@ def multi_worker(placement: Placement) -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy over the gang's nodes, one CPU replica each.
 
     EPOCHAL_COLLECTIVE_TIMEOUT_SECONDS, as far as TensorFlow lets it reach: each collective
-    (gradients, losses, the stop agreement) raises DeadlineExceeded after waiting that long
-    (TF runs a timer thread per collective for it), and so does the strategy's first wait for
-    every node to be up (a private class setting: TF's default waits forever). TF's own peer
-    health check (a probe every 30 s, 3 tries of 10 s) aborts collectives sooner when a node's
-    server is gone, and is not tied to it.
+    (gradients, losses, the agreements) raises DeadlineExceeded after waiting that long (TF
+    runs a timer thread per collective for it), and so does the first wait for every node to
+    register with node 0's coordination service (TF's default: an hour). A node gone is also
+    found by that service's own heartbeats (TF's default timeout, 10 s), which fail the others'
+    collectives; that one is not tied to the setting.
     """
     os.environ[TF_CONFIG_ENV] = json.dumps(tf_config(placement))
-    extended = collective_all_reduce_strategy.CollectiveAllReduceExtended
-    extended._check_health_initial_timeout = math.ceil(placement.timeout_seconds)
+    # Configured before the strategy, which then keeps it instead of its own defaults.
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader="/job:worker/replica:0/task:0",
+        cluster_register_timeout_in_ms=math.ceil(placement.timeout_seconds * 1000),
+        coordinated_jobs=[CoordinatedJob(name="worker", num_tasks=len(placement.peers))],
+    )
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=placement.timeout_seconds,
@@ -47,25 +53,43 @@ def multi_worker(placement: Placement) -> tf.distribute.Strategy:
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def max_all(strategy: tf.distribute.Strategy, value: int) -> int:
-    """The largest value any node holds, on every node: an all-gather of one number each
-    (tf.distribute reduces only by SUM or MEAN)."""
+class Exchange:
+    """The gang's two cross-node exchanges: the largest value any node holds, and one node's
+    bytes, on every node. Each node makes the same calls in the same order (collectives
+    match by order)."""
 
-    def gather() -> tf.Tensor:
-        context = tf.distribute.get_replica_context()
-        return context.all_gather(tf.constant([value], tf.int64), axis=0)
+    def __init__(self, strategy: tf.distribute.Strategy) -> None:
+        self.strategy = strategy
+        self._gather = tf.function(self._all_gather)  # traced once: eager costs ~0.5 s a call
 
-    gathered = strategy.experimental_local_results(strategy.run(gather))[0]
-    return int(tf.reduce_max(gathered))
+    def _all_gather(self, value: tf.Tensor) -> tf.Tensor:
+        def gather(local: tf.Tensor) -> tf.Tensor:
+            # identity: a copy on the replica's device (a function's argument has none)
+            return tf.distribute.get_replica_context().all_gather(tf.identity(local), axis=0)
 
+        gathered = self.strategy.run(gather, args=(value,))
+        return self.strategy.experimental_local_results(gathered)[0]
 
-def broadcast_bytes(strategy: tf.distribute.Strategy, payload: bytes, mine: bool) -> bytes:
-    """The bytes of the one node where `mine` is true, on every node: a SUM of int32 words
-    to which every other node adds zeros (exact), after agreeing on the length."""
-    size = max_all(strategy, len(payload) if mine else 0)
-    words = np.zeros(-(-size // 4), np.int32)
-    if mine:
-        words.view(np.uint8)[:size] = np.frombuffer(payload, np.uint8)
-    local = tf.constant(words)
-    summed = strategy.reduce("SUM", strategy.run(lambda: tf.identity(local)), axis=None)
-    return np.asarray(summed.numpy(), np.int32).tobytes()[:size]
+    def max_all(self, value: int) -> int:
+        """An all-gather of one number each (tf.distribute reduces only by SUM or MEAN)."""
+        return int(tf.reduce_max(self._gather(tf.constant([value], tf.int64))))
+
+    def broadcast(self, payload: bytes, mine: bool) -> bytes:
+        """The bytes of the one node where `mine` is true: a SUM of int32 words to which every
+        other node adds zeros (exact), after agreeing on the length. Rare (a checkpoint a
+        re-formed gang lacks), so eager."""
+        size = self.max_all(len(payload) if mine else 0)
+        words = np.zeros(-(-size // 4), np.int32)
+        if mine:
+            words.view(np.uint8)[:size] = np.frombuffer(payload, np.uint8)
+        local = tf.constant(words)
+        summed = self.strategy.reduce("SUM", self.strategy.run(lambda: tf.identity(local)), None)
+        return np.asarray(summed.numpy(), np.int32).tobytes()[:size]
+
+    def barrier(self) -> None:
+        """Nodes leave together: node 0 may still be exporting the model when the others are
+        done, and a node that exits stops answering the coordination service's heartbeats."""
+        try:
+            self.max_all(0)
+        except tf.errors.OpError:  # a node is gone; its supervisor already ends the attempt
+            pass
