@@ -73,7 +73,7 @@ class Settings(BaseSettings):
         120.0,
         gt=0,
         le=3600,
-        description="A collective (DDP or TensorFlow multi-worker) or a gang's rendezvous "
+        description="A collective (DDP or TensorFlow multi-worker) or PyTorch's rendezvous "
         "waiting longer fails the attempt.",
     )
     heartbeat_seconds: float = Field(5.0, gt=0, le=300)

@@ -4,14 +4,11 @@ cross-node exchanges the loop needs (the largest value, one node's bytes, leavin
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.compiler.xla.tsl.protobuf.coordination_config_pb2 import CoordinatedJob
-from tensorflow.python.eager import context
 
 from worker.training.backend import Placement
 
@@ -33,19 +30,13 @@ def multi_worker(placement: Placement) -> tf.distribute.Strategy:
 
     EPOCHAL_COLLECTIVE_TIMEOUT_SECONDS, as far as TensorFlow lets it reach: each collective
     (gradients, losses, the agreements) raises DeadlineExceeded after waiting that long (TF
-    runs a timer thread per collective for it), and so does the first wait for every node to
-    register with node 0's coordination service (TF's default: an hour). A node gone is also
-    found by that service's own heartbeats (TF's default timeout, 10 s), which fail the others'
-    collectives; that one is not tied to the setting.
+    runs a timer thread per collective for it). TF's first wait for every node's server, in
+    this constructor, is not bounded by it (nor by the coordination service's register
+    timeout, tried: a node alone waited on): a node that never comes is ended by the gang's
+    seat leases instead (worker.supervisor.gang). A node gone later is also found by the
+    coordination service's own heartbeats, which fail the others' collectives.
     """
     os.environ[TF_CONFIG_ENV] = json.dumps(tf_config(placement))
-    # Configured before the strategy, which then keeps it instead of its own defaults.
-    context.context().configure_coordination_service(
-        service_type="standalone",
-        service_leader="/job:worker/replica:0/task:0",
-        cluster_register_timeout_in_ms=math.ceil(placement.timeout_seconds * 1000),
-        coordinated_jobs=[CoordinatedJob(name="worker", num_tasks=len(placement.peers))],
-    )
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=placement.timeout_seconds,
@@ -54,9 +45,9 @@ def multi_worker(placement: Placement) -> tf.distribute.Strategy:
 
 
 class Exchange:
-    """The gang's two cross-node exchanges: the largest value any node holds, and one node's
-    bytes, on every node. Each node makes the same calls in the same order (collectives
-    match by order)."""
+    """The gang's cross-node exchanges, on every node: the largest value any node holds, one
+    node's bytes, and a barrier. Each node makes the same calls in the same order
+    (collectives match by order)."""
 
     def __init__(self, strategy: tf.distribute.Strategy) -> None:
         self.strategy = strategy
