@@ -43,6 +43,7 @@ SUPERVISOR_ENV = "EPOCHAL_SUPERVISOR_PID"  # the runner tells its child who its 
 SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold child
 DDP_INIT_ENV = "EPOCHAL_DDP_INIT"  # the DDP ranks' rendezvous (a file:// URL in the job dir)
 GANG_ENV = "EPOCHAL_GANG_NODE"  # a multi-node job's node: NODE_RANK,NODES (see GangNode)
+GANG_PEERS_ENV = "EPOCHAL_GANG_PEERS"  # every node's HOST:PORT, comma-separated, in rank order
 EXIT_ORPHANED = 75  # the child found its supervisor gone before it could start
 # How often the child rewrites its progress file, and the supervisor passes a change on to the
 # job row (with a lease renewal): a bar moves within an epoch, the database never sees a step.
@@ -170,23 +171,30 @@ class Threads:
 
 @dataclass(frozen=True)
 class GangNode:
-    """This worker's node of a multi-node job: its rank among `nodes`, and where rank 0's
-    node hosts the rendezvous (a tcp:// URL, given to the child as DDP_INIT_ENV)."""
+    """This worker's node of a multi-node job: its rank among `nodes`, where rank 0's node
+    hosts the rendezvous (a tcp:// URL, given to the child as DDP_INIT_ENV), and every node's
+    published HOST:PORT in rank order (TensorFlow's cluster: a server per node)."""
 
     rank: int
     nodes: int
     init_url: str
+    peers: tuple[str, ...] = ()
 
     def env(self) -> dict[str, str]:
         """What the child's environment says of it."""
-        return {GANG_ENV: f"{self.rank},{self.nodes}", DDP_INIT_ENV: self.init_url}
+        return {
+            GANG_ENV: f"{self.rank},{self.nodes}",
+            DDP_INIT_ENV: self.init_url,
+            GANG_PEERS_ENV: ",".join(self.peers),
+        }
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> GangNode | None:
         if GANG_ENV not in env:
             return None
         rank, nodes = (int(part) for part in env[GANG_ENV].split(","))
-        return cls(rank, nodes, env[DDP_INIT_ENV])
+        peers = tuple(p for p in env.get(GANG_PEERS_ENV, "").split(",") if p)
+        return cls(rank, nodes, env[DDP_INIT_ENV], peers)
 
 
 def child_argv(

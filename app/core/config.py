@@ -73,7 +73,8 @@ class Settings(BaseSettings):
         120.0,
         gt=0,
         le=3600,
-        description="A DDP collective (or rendezvous) waiting longer fails the attempt.",
+        description="A collective (DDP or TensorFlow multi-worker) or PyTorch's rendezvous "
+        "waiting longer fails the attempt.",
     )
     heartbeat_seconds: float = Field(5.0, gt=0, le=300)
     lease_seconds: float = Field(

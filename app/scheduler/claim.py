@@ -37,7 +37,7 @@ def claim_next(
 ) -> Job | Seat | None:
     """Queued -> running for this worker: the job the policy puts first among those that fit;
     a seat in a forming gang before that, and seat 0 of a multi-node job's gang (app.scheduler.
-    gang), `where` its rendezvous if this worker hosts it."""
+    gang); `where` is this worker's address and port, published with its seat."""
     seat = gang.join_forming(session, worker, gpus, settings, where)
     if seat is not None:
         return seat

@@ -40,9 +40,10 @@ class Seat:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """What a worker offers a gang: its address and a port it found free (rank 0's host the
-    rendezvous), its host (gang_reach.host_key) and, for an address no other host reaches,
-    which kind (gang_reach.LOOPBACK, DOCKER_BRIDGE)."""
+    """What a worker offers a gang: its address and a port it found free (rank 0's hosts
+    PyTorch's rendezvous; every seat's is its TensorFlow worker's server), its host
+    (gang_reach.host_key) and, for an address no other host reaches, which kind
+    (gang_reach.LOOPBACK, DOCKER_BRIDGE)."""
 
     address: str
     port: int
@@ -86,8 +87,8 @@ def open_gang(
 def join_forming(
     session: Session, worker: str, gpus: int, settings: Settings, where: Rendezvous | None = None
 ) -> Seat | None:
-    """A seat in the oldest forming gang that fits this worker; the last seat forms it, unless
-    a member's address cannot be reached by another (the job fails, saying which)."""
+    """A seat in the oldest forming gang that fits this worker, at `where`; the last seat forms
+    it, unless a member's address cannot be reached by another (the job fails, saying which)."""
     mine = exists().where(GangMember.job_id == Job.id, GangMember.worker == worker)
     forming = (
         select(Job)

@@ -161,7 +161,7 @@ class ResourcesSpec(StrictModel):
         ge=1,
         le=MAX_NODES,
         description="workers the job runs on at once (a gang), each with gpus and replicas; "
-        "> 1: PyTorch on CPU only, for now",
+        "> 1: on CPU only, for now (TensorFlow: one replica per node)",
     )
     strategy: Literal["auto", "single", "mirrored", "ddp"] = Field(
         "auto", description="auto: mirrored (TensorFlow) or ddp (PyTorch) when replicas > 1"
@@ -352,18 +352,22 @@ def _check_nodes(spec: JobSpec) -> None:
     res = spec.resources
     if res.nodes == 1:
         return
-    if spec.framework != "pytorch":
-        raise ValueError(
-            "resources.nodes > 1 is not supported yet for TensorFlow (no MultiWorkerMirrored"
-            "Strategy yet); use PyTorch, or nodes 1 with replicas"
-        )
     if res.gpus:
         raise ValueError(
             "resources.nodes > 1 with gpus > 0 is not supported yet (NCCL across workers is "
             "untested); multi-node jobs train on CPU (gpus 0, gloo)"
         )
     if res.strategy == "single":
-        raise ValueError("strategy single runs one replica; a multi-node job uses ddp")
+        raise ValueError(
+            "strategy single runs one replica; a multi-node job uses ddp (PyTorch) or mirrored "
+            "(TensorFlow)"
+        )
+    if spec.framework == "tensorflow" and res.replica_count > 1:
+        raise ValueError(
+            "resources.replicas > 1 with resources.nodes > 1 is not supported for TensorFlow "
+            "(MultiWorkerMirroredStrategy has one CPU replica per worker); use replicas 1 "
+            "and more nodes"
+        )
 
 
 def input_shape_and_classes(spec: JobSpec) -> tuple[tuple[int, ...], int] | None:

@@ -78,12 +78,21 @@ def test_nodes_defaults_to_one_and_is_bounded() -> None:
             JobSpec.model_validate(gang_spec(bad))
 
 
+@pytest.mark.parametrize("strategy", ["auto", "mirrored"])
+def test_a_tensorflow_gang_of_one_replica_per_node_is_accepted(strategy: str) -> None:
+    body = {**gang_spec(2, strategy=strategy), "framework": "tensorflow"}
+    assert JobSpec.model_validate(body).resources.world_size == 2
+
+
 @pytest.mark.parametrize(
     ("body", "words"),
     [
-        ({**gang_spec(2), "framework": "tensorflow"}, "not supported yet for TensorFlow"),
+        (
+            {**gang_spec(2, replicas=2), "framework": "tensorflow"},
+            "resources.replicas > 1 with resources.nodes > 1 is not supported for TensorFlow",
+        ),
         (gang_spec(2, gpus=1), "gpus > 0 is not supported yet"),
-        (gang_spec(2, strategy="single"), "a multi-node job uses ddp"),
+        (gang_spec(2, strategy="single"), "a multi-node job uses ddp (PyTorch) or mirrored"),
         ({**gang_spec(3), "training": {"batch_size": 32}}, "replica count 3 (nodes × replicas)"),
         ({**gang_spec(17)}, "resources.nodes"),
     ],
@@ -148,9 +157,11 @@ def test_two_gangs_at_once_never_share_a_seat_or_a_rendezvous(db_env: dict[str, 
     assert claim("w4", Rendezvous("10.0.0.4", 1004)) == Seat(second, 1, 2)
     assert seats(first) == [("w1", 0, 1), ("w2", 1, 1)]
     assert seats(second) == [("w3", 0, 1), ("w4", 1, 1)]
-    with session_scope() as session:
+    with session_scope() as session:  # every seat publishes its own (TensorFlow's servers)
+        published = [(s.address, s.port) for s in gang.seats_of(session, second)]
         hosts = [gang.seats_of(session, job)[0] for job in (first, second)]
         assert [(h.address, h.port) for h in hosts] == [("10.0.0.1", 1001), ("10.0.0.3", 1003)]
+    assert published == [("10.0.0.3", 1003), ("10.0.0.4", 1004)]
 
 
 def test_a_forming_gang_whose_seat_lapses_lets_its_workers_go(db_env: dict[str, str]) -> None:

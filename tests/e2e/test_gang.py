@@ -1,6 +1,7 @@
 """One job over several workers: two `epochal worker` processes, each with its own home, on
 PostgreSQL + Redis; a 2-node PyTorch job (gloo on CPU) waits holding nothing while only one
-worker is free, starts when a second comes, and trains like one worker's two replicas."""
+worker is free, starts when a second comes, and trains like one worker's two replicas; so does
+a 2-node TensorFlow job (MultiWorkerMirroredStrategy) on the same workers."""
 
 from __future__ import annotations
 
@@ -75,9 +76,12 @@ def live_workers(client: httpx.Client) -> list[dict[str, Any]]:
     return list(client.get("/v1/workers").json()["items"])
 
 
-def submit(client: httpx.Client, epochs: int = 4, **resources: Any) -> str:
+def submit(
+    client: httpx.Client, epochs: int = 4, framework: str = "pytorch", **resources: Any
+) -> str:
     training = {**SPEC["training"], "epochs": epochs}
-    response = client.post("/v1/jobs", json={**SPEC, "training": training, "resources": resources})
+    body = {**SPEC, "framework": framework, "training": training, "resources": resources}
+    response = client.post("/v1/jobs", json=body)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
 
@@ -111,7 +115,7 @@ def member_log(service: Service, job_id: str, member: int) -> list[str]:
     return out.stdout.splitlines()
 
 
-def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
+def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas_in_either_framework(
     service: Service,
     client: httpx.Client,
     start_worker: Callable[[str, Path], None],
@@ -133,9 +137,21 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     assert [w["busy"] for w in live_workers(client)] == [False]
 
     start_worker("b", homes[1])
+    trains_like_two_replicas(service, client, homes, gang, "ddp")
+    # TensorFlow on the same two workers: MultiWorkerMirroredStrategy, a server per node.
+    tf_gang = submit(client, 3, "tensorflow", nodes=2)
+    trains_like_two_replicas(service, client, homes, tf_gang, "mirrored")
+    a_cancel_mid_epoch_stops_both_nodes_together(client)
+
+
+def trains_like_two_replicas(
+    service: Service, client: httpx.Client, homes: list[Path], gang: str, strategy: str
+) -> None:
+    """The gang succeeds, rows 1..N once each, and one worker's two replicas (the same global
+    batch and seed) give the same per-epoch losses and about the same accuracy."""
     done = wait_for_status(client, gang, {"succeeded", "failed", "cancelled"}, 300)
     assert done["status"] == "succeeded", done["error"]
-    assert (done["result"]["replicas"], done["result"]["strategy"]) == (2, "ddp")
+    assert (done["result"]["replicas"], done["result"]["strategy"]) == (2, strategy)
     lines = gang_log_lines(homes, gang)
     assert any("gang node 0 of 2" in line for line in lines), lines
     assert any("gang node 1 of 2" in line for line in lines), lines
@@ -154,11 +170,14 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     missing = client.get(f"/v1/jobs/{gang}/logs", params={"member": 2})
     assert missing.status_code == 404, missing.text
 
-    local = submit(client, replicas=2)  # the same global batch on one worker's two replicas
+    spec = done["spec"]
+    epochs, framework = spec["training"]["epochs"], spec["framework"]
+    local = submit(client, epochs, framework, replicas=2)  # one worker's two replicas
     done_local = wait_for_status(client, local, {"succeeded", "failed", "cancelled"}, 300)
     assert done_local["status"] == "succeeded", done_local["error"]
     two_nodes, two_replicas = losses(client, gang), losses(client, local)
-    assert len(two_nodes) == len(two_replicas) == SPEC["training"]["epochs"]
+    print(f"{framework} per-epoch train loss: 2 nodes {two_nodes}, 2 replicas {two_replicas}")
+    assert len(two_nodes) == len(two_replicas) == epochs
     assert two_nodes == pytest.approx(two_replicas, rel=0.01)
     accuracy = done["result"]["val_accuracy"]
     assert abs(accuracy - done_local["result"]["val_accuracy"]) <= 0.02  # the replica tolerance
@@ -167,18 +186,47 @@ def test_a_two_node_job_waits_for_a_second_worker_then_trains_like_two_replicas(
     )
 
 
+def a_cancel_mid_epoch_stops_both_nodes_together(client: httpx.Client) -> None:
+    """A TensorFlow gang cancelled within its first epoch: the nodes agree every chunk of steps
+    whether either was interrupted, so both leave the epoch at the same step (a node left
+    alone would wait in a collective for the collective timeout)."""
+    body = {
+        **SPEC,
+        "framework": "tensorflow",
+        "dataset": {"name": "synthetic", "samples": 200_000},  # 100,000 steps an epoch
+        "training": {"epochs": 2, "batch_size": 2},
+        "resources": {"nodes": 2},
+    }
+    response = client.post("/v1/jobs", json=body)
+    assert response.status_code == 201, response.text
+    job = response.json()["id"]
+
+    def stepping() -> bool:
+        return bool((client.get(f"/v1/jobs/{job}").json()["step_progress"] or {}).get("step"))
+
+    wait_until(stepping, 120, "the gang's first steps")
+    client.post(f"/v1/jobs/{job}/cancel")
+    done = wait_for_status(client, job, {"cancelled", "failed", "succeeded"}, timeout=60)
+    assert (done["status"], done["current_epoch"]) == ("cancelled", 0), done["error"]
+    wait_until(
+        lambda: not any(w["busy"] for w in live_workers(client)), 30, "both workers to be free"
+    )
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
 def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     service: Service,
     client: httpx.Client,
     start_worker: Callable[[str, Path], None],
     tmp_path: Path,
+    framework: str,
 ) -> None:
     names = {"p": tmp_path / "p", "q": tmp_path / "q"}
     for name, home in names.items():
         start_worker(name, home)
     wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
     epochs = 12
-    job = submit(client, epochs=epochs, nodes=2)
+    job = submit(client, epochs, framework, nodes=2)
     wait_until(lambda: len(metric_attempts(service, job)) >= 2, 240, "epoch 2")
     ranks = {
         name: line

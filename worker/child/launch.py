@@ -111,6 +111,7 @@ def placement_for(spec: JobSpec, rank: int, threads: Threads | None) -> Placemen
         threads=None if threads is None else threads.intra,
         interop_threads=None if threads is None else threads.inter,
         timeout_seconds=get_settings().collective_timeout_seconds,
+        peers=node.peers if node else (),
     )
 
 

@@ -71,8 +71,9 @@ def advertised(settings: Settings) -> tuple[str, str]:
 
 
 def rendezvous(settings: Settings) -> Rendezvous:
-    """This worker's address and a port free now, in case it hosts a gang's rendezvous (the
-    store listens on every interface, so the port is taken free on all of them)."""
+    """This worker's address and a port free now, published with a gang seat it takes: rank
+    0's hosts PyTorch's rendezvous, every node's its TensorFlow server (both listen on every
+    interface, so the port is taken free on all of them)."""
     address, _ = advertised(settings)
     with socket.socket() as sock:
         sock.bind(("", 0))
@@ -121,9 +122,8 @@ def _look(settings: Settings, seat: Seat, worker: str) -> tuple[Formed | None, l
         if job.status != JobStatus.running or mine.attempt != job.attempt:
             return None, woken, True
         assert job.started_at is not None  # the claim set it
-        host = seats[0]
-        url = f"tcp://{host.address}:{host.port}"
-        node = GangNode(mine.rank, job.nodes, url)
+        peers = tuple(f"{s.address}:{s.port}" for s in seats)  # each seat published its own
+        node = GangNode(mine.rank, job.nodes, f"tcp://{peers[0]}", peers)
         return Formed(job.id, job.attempt, job.spec, job.started_at, node, worker), woken, True
 
 
@@ -142,7 +142,7 @@ def describe(settings: Settings, formed: Formed) -> str:
     node = formed.node
     return (
         f"gang node {node.rank} of {node.nodes} on {formed.worker}, address {address} ({why}; "
-        f"interface {interface}); rendezvous at {node.init_url}"
+        f"interface {interface}); rendezvous at {node.init_url}; nodes at {','.join(node.peers)}"
     )
 
 

@@ -33,6 +33,7 @@ class Placement:
     threads: int | None = None  # intra-op; None: the framework's default (a thread per core)
     interop_threads: int | None = None
     timeout_seconds: float = 120.0  # a collective waiting longer fails (EPOCHAL_COLLECTIVE_...)
+    peers: tuple[str, ...] = ()  # a gang's nodes, HOST:PORT in node order; () on one node
 
     @property
     def is_main(self) -> bool:

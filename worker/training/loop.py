@@ -95,3 +95,17 @@ def agree_on_stop(backend: Backend, state: TrainState) -> bool:
     if state.stop_reason != reason:
         state.should_stop, state.stop_reason, state.stop_detail = True, reason, None
     return True
+
+
+def agree_on_interrupt(backend: Backend, state: TrainState) -> bool:
+    """Mid-epoch, every so many steps: whether any rank was interrupted (cancel, timeout,
+    shutdown), on every rank; one that was not takes the highest-priority reason, so all
+    leave the epoch at the same step and for the same reason."""
+    mine = 0
+    if state.interrupt is not None:
+        reason = state.interrupt if state.interrupt in STOP_REASONS else StopReason.cancelled
+        mine = STOP_REASONS.index(reason) + 1
+    agreed = backend.agree(mine)
+    if agreed and state.interrupt is None:
+        state.interrupt = STOP_REASONS[agreed - 1]
+    return agreed > 0

@@ -1,19 +1,22 @@
 """`python -m tests.worker.training.replica_step FRAMEWORK REPLICAS RANK OUT.npz`
 
 Trains one epoch of two global batches from fixed weights with REPLICAS replicas (this process
-is rank RANK of a DDP group, or drives every replica of a MirroredStrategy) and writes the
+is rank RANK of a DDP group, or drives every replica of a MirroredStrategy, or with
+EPOCHAL_GANG_PEERS set is node RANK of a TensorFlow gang, one replica per node) and writes the
 weights, the epoch's loss and the validation metrics. A fresh process per run: TensorFlow's
 logical CPU devices must be configured before it initializes, and DDP ranks are processes.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
 
 from tests.worker.training.inprocess import backend_for, make_spec
-from worker.training.backend import Placement
+from worker.protocol import GANG_PEERS_ENV
+from worker.training.backend import Backend, Placement
 from worker.training.callbacks import TrainState
 
 RATE = 0.1
@@ -34,10 +37,23 @@ def fixed_weights(like: list[np.ndarray]) -> list[np.ndarray]:
     return [rng.normal(0.0, 0.2, size=w.shape).astype(np.float32) for w in like]
 
 
+def exchange(backend: Backend, rank: int, nodes: int) -> None:
+    """A gang's two cross-node exchanges: the largest value, and the last node's bytes."""
+    assert backend.agree(rank) == nodes - 1
+    payload = bytes(range(256)) * 3 + b"tail"  # not a whole number of words
+    mine = payload if rank == nodes - 1 else b""
+    assert backend.broadcast(mine, nodes - 1) == payload
+
+
 def main(framework: str, replicas: int, rank: int, out: str) -> None:
-    spec = make_spec(framework, **FIELDS, resources={"replicas": replicas})
-    threads = 1 if framework == "pytorch" else None  # two ranks on two cores
-    with backend_for(spec, Placement(replicas=replicas, rank=rank, threads=threads)) as backend:
+    peers = tuple(p for p in os.environ.get(GANG_PEERS_ENV, "").split(",") if p)
+    resources = {"replicas": 1, "nodes": len(peers)} if peers else {"replicas": replicas}
+    spec = make_spec(framework, **FIELDS, resources=resources)
+    threads = 1 if framework == "pytorch" or peers else None  # two ranks on two cores
+    placement = Placement(replicas=replicas, rank=rank, threads=threads, peers=peers)
+    with backend_for(spec, placement) as backend:
+        if peers:
+            exchange(backend, rank, len(peers))
         backend.set_weights(fixed_weights(backend.get_weights()))
         backend.set_learning_rate(RATE)
         trained = backend.train_epoch(TrainState(epochs=1, learning_rate=RATE))

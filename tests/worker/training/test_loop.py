@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from app.domain.states import StopReason
 from app.schemas.metric_row import METRIC_FIELDS
 from worker.training.backend import TrainedEpoch
 from worker.training.callbacks import Callback, CallbackList, Logs, TrainState
-from worker.training.loop import STOP_REASONS, fit
+from worker.training.loop import STOP_REASONS, agree_on_interrupt, fit
 
 
 def code(reason: str) -> int:
@@ -70,6 +71,18 @@ def test_a_stop_asked_by_another_rank_stops_this_one_with_its_reason() -> None:
     fitted = fit(backend, state, CallbackList([]), validate=True)
     assert backend.epochs_trained == 2 and state.epoch == 2
     assert fitted.stop_reason == "timeout" and state.stop_reason == "timeout"
+
+
+def test_an_interrupt_on_another_rank_mid_epoch_stops_this_one_with_its_reason() -> None:
+    """A gang's node shutting down: the others leave the epoch at the same step, as shutdown
+    (re-queued), not as a cancel."""
+    backend = ScriptedBackend(others=[0, code("shutdown")])
+    state = TrainState(epochs=10, learning_rate=0.1)
+    assert not agree_on_interrupt(backend, state) and state.interrupt is None
+    assert agree_on_interrupt(backend, state) and state.interrupt == "shutdown"
+    state = TrainState(epochs=10, learning_rate=0.1, interrupt=StopReason.cancelled)
+    assert agree_on_interrupt(ScriptedBackend(others=[0]), state)  # its own stops it too
+    assert state.interrupt == "cancelled"
 
 
 def test_the_highest_priority_reason_wins_when_ranks_disagree() -> None:

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from app.domain.job_files import JobFiles
-from tests.helpers import scaled
-from worker.protocol import DDP_INIT_ENV
+from tests.helpers import free_port, scaled
+from worker.protocol import DDP_INIT_ENV, GANG_PEERS_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -32,11 +32,14 @@ def start(
     return subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **env, "OMP_NUM_THREADS": "1"})
 
 
-def run(framework: str, replicas: int, tmp_path: Path) -> dict[str, np.ndarray]:
-    """Run the step with `replicas` (one process per DDP rank) and load rank 0's result."""
-    out = tmp_path / f"{framework}-{replicas}.npz"
+def run(framework: str, replicas: int, tmp_path: Path, nodes: int = 1) -> dict[str, np.ndarray]:
+    """Run the step with `replicas` (one process per DDP rank, or per TensorFlow gang node)
+    and load rank 0's result."""
+    out = tmp_path / f"{framework}-{replicas}-{nodes}.npz"
     env = {DDP_INIT_ENV: f"file://{tmp_path}/store-{replicas}"}
-    ranks = replicas if framework == "pytorch" else 1
+    if nodes > 1:  # a TensorFlow gang on this host: a server per node, as seats publish them
+        env[GANG_PEERS_ENV] = ",".join(f"127.0.0.1:{free_port()}" for _ in range(nodes))
+    ranks = replicas if framework == "pytorch" or nodes > 1 else 1
     procs = [start(framework, replicas, rank, out, env) for rank in range(ranks)]
     for proc in procs:
         assert proc.wait(timeout=scaled(120)) == 0
@@ -44,9 +47,13 @@ def run(framework: str, replicas: int, tmp_path: Path) -> dict[str, np.ndarray]:
         return dict(data)
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
-def test_two_replicas_take_the_same_step_as_one(framework: str, tmp_path: Path) -> None:
-    one, two = run(framework, 1, tmp_path), run(framework, 2, tmp_path)
+@pytest.mark.parametrize(
+    ("framework", "nodes"), [("pytorch", 1), ("tensorflow", 1), ("tensorflow", 2)]
+)
+def test_two_replicas_take_the_same_step_as_one(framework: str, nodes: int, tmp_path: Path) -> None:
+    """Two replicas in one process or over two nodes (MultiWorkerMirroredStrategy, which also
+    agrees on a value and sends one node's bytes to the other first)."""
+    one, two = run(framework, 1, tmp_path), run(framework, 2, tmp_path, nodes)
     weights = sorted(k for k in one if k.startswith("w"))
     assert weights and weights == sorted(k for k in two if k.startswith("w"))
     for key in weights:

@@ -25,9 +25,11 @@ from worker.training.backend import Placement, TrainedEpoch  # noqa: E402
 from worker.training.callbacks import Logs, TrainState  # noqa: E402
 from worker.training.data import Splits, epoch_order, global_steps  # noqa: E402
 from worker.training.init import initial_weights  # noqa: E402
+from worker.training.loop import agree_on_interrupt  # noqa: E402
+from worker.training.tf.cluster import Exchange  # noqa: E402
 from worker.training.tf.graph import build_model  # noqa: E402
 from worker.training.tf.optimizers import RegistryOptimizer  # noqa: E402
-from worker.training.tf.strategy import make_strategy, thread_counts  # noqa: E402
+from worker.training.tf.strategy import distribute_epoch, make_strategy, thread_counts  # noqa: E402
 
 CHUNK_STEPS = 64
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -42,9 +44,11 @@ class TFBackend:
         keras.utils.set_random_seed(spec.training.seed)
         # The policy is process-global: always set it, so no earlier job's choice leaks in.
         keras.mixed_precision.set_global_policy(POLICIES[spec.resources.precision])
-        self.spec, self.placement, self.is_main = spec, placement, True
+        # One process drives every local replica; over a gang's nodes, node 0 alone writes.
+        self.spec, self.placement, self.is_main = spec, placement, placement.is_main
         self.classify = spec.task == "classification"
         self.replicas = self.strategy.num_replicas_in_sync
+        self.exchange = Exchange(self.strategy) if placement.peers else None  # a gang's nodes
         x = model_input(spec, splits.input_shape, splits.tokens, splits.vocab)
         self.graph = built_model(spec, x, splits.outputs)
         with self.strategy.scope():
@@ -163,7 +167,7 @@ class TFBackend:
             metric_sum += float(metric)
             done += len(losses)
             state.steps_done(done, steps)
-            if state.interrupt is not None and done < steps:
+            if done < steps and agree_on_interrupt(self, state):  # a gang's nodes stop alike
                 return None
         state.global_step += steps
         seen = min(steps * batch, len(order))
@@ -189,14 +193,7 @@ class TFBackend:
     def _mirrored_chunks(
         self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int
     ) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:
-        batch = self.spec.training.batch_size
-        dataset = (
-            tf.data.Dataset.from_tensor_slices(order)
-            .batch(batch, drop_remainder=True)
-            .map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
-            .prefetch(2)
-        )
-        iterator = iter(self.strategy.experimental_distribute_dataset(dataset))
+        iterator = distribute_epoch(self.strategy, x, y, order, self.spec.training.batch_size)
         for begin in range(0, steps, CHUNK_STEPS):
             yield self._mirrored_chunk(iterator, tf.constant(min(CHUNK_STEPS, steps - begin)))
 
@@ -260,8 +257,7 @@ class TFBackend:
         return int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
 
     def topology(self) -> dict[str, int | str]:
-        mirrored = isinstance(self.strategy, tf.distribute.MirroredStrategy)
-        strategy = "mirrored" if mirrored else "single"
+        strategy = "mirrored" if self.replicas > 1 else "single"  # over nodes too (MWMS)
         return {"replicas": self.replicas, "strategy": strategy, **thread_counts()}
 
     def _extra_state(self) -> list[tf.Variable]:
@@ -286,13 +282,16 @@ class TFBackend:
         self.model.save(path)
         return path
 
-    def agree(self, value: int) -> int:
-        return value  # one process drives every replica of a MirroredStrategy
+    def agree(self, value: int) -> int:  # one process drives every replica on one node
+        return self.exchange.max_all(value) if self.exchange else value
 
-    def broadcast(self, payload: bytes, source: int) -> bytes:
-        return payload  # one process: nobody else to send it to
+    def broadcast(self, payload: bytes, source: int) -> bytes:  # only a gang has others
+        mine = self.placement.rank == source
+        return self.exchange.broadcast(payload, mine) if self.exchange else payload
 
     def close(self, exiting: bool = False) -> None:
+        if self.exchange is not None:
+            self.exchange.barrier()
         if not exiting:  # ~0.2 s that a training process about to exit need not spend
             keras.backend.clear_session()
 

@@ -1,21 +1,27 @@
-"""Which tf.distribute strategy a job runs under, and on how many threads, from its placement."""
+"""Which tf.distribute strategy a job runs under, on how many threads, and how an epoch's
+batches reach its replicas, from its placement."""
 
 from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import tensorflow as tf
 
 from worker.training.backend import Placement
+from worker.training.tf.cluster import multi_worker
 
 
 def make_strategy(placement: Placement) -> tf.distribute.Strategy:
-    """Default strategy for one replica; MirroredStrategy over GPUs or logical CPU devices.
+    """Default strategy for one replica; MirroredStrategy over GPUs or logical CPU devices;
+    MultiWorkerMirroredStrategy over a gang's nodes (one CPU replica each).
 
     Logical CPU devices must exist before TensorFlow initializes its runtime, so this runs
     first thing in the back-end (and the training child is a fresh process, P14, P27).
     """
     use_threads(placement)
+    if placement.peers:
+        return multi_worker(placement)
     if placement.replicas == 1:
         if placement.gpus:
             return tf.distribute.OneDeviceStrategy("/gpu:0")
@@ -31,6 +37,27 @@ def make_strategy(placement: Placement) -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy(
         devices, cross_device_ops=None if placement.gpus else tf.distribute.ReductionToOneDevice()
     )
+
+
+def distribute_epoch(
+    strategy: tf.distribute.Strategy, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, batch: int
+) -> tf.distribute.DistributedIterator:
+    """The epoch's global batches, each cut into equal consecutive parts, part r to replica r:
+    the same samples in the same order whether the replicas share one process or are a gang's
+    nodes (each node's pipeline keeps only its own parts; one pipeline deals them round-robin
+    to its devices), so the layout does not change the result."""
+    per_replica = batch // strategy.num_replicas_in_sync
+    parts = order[: len(order) // batch * batch].reshape(-1, per_replica)
+
+    def pipeline(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        mine = parts[context.input_pipeline_id :: context.num_input_pipelines]
+        return (
+            tf.data.Dataset.from_tensor_slices(mine)
+            .map(lambda idx: (tf.gather(x, idx), tf.gather(y, idx)))
+            .prefetch(2)
+        )
+
+    return iter(strategy.distribute_datasets_from_function(pipeline))
 
 
 def use_threads(placement: Placement) -> None:

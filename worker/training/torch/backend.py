@@ -23,6 +23,7 @@ from worker.training.backend import Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
 from worker.training.data import Splits, epoch_order, epoch_seed, global_steps
 from worker.training.init import initial_weights
+from worker.training.loop import agree_on_interrupt
 from worker.training.torch import distributed
 from worker.training.torch.graph import KIT, GraphModule
 
@@ -125,7 +126,7 @@ class TorchBackend:
         seen, checked = 0, 0
         for step in range(steps):
             if step % CHECK_EVERY == 0 and step:  # a host sync: only every CHECK_EVERY steps
-                if distributed.any_rank(state.interrupt is not None, self.placement):
+                if agree_on_interrupt(self, state):
                     return None
                 bad = self._first_bad_step(step_losses, checked, step)
                 if bad is not None:

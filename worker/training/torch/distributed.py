@@ -60,11 +60,6 @@ def max_all(value: int, placement: Placement) -> int:
     return int(tensor.item())
 
 
-def any_rank(flag: bool, placement: Placement) -> bool:
-    """True everywhere if true anywhere."""
-    return max_all(int(flag), placement) > 0
-
-
 def broadcast_bytes(payload: bytes, source: int, placement: Placement) -> bytes:
     """Rank `source`'s bytes on every rank (pickled by torch.distributed, over the group)."""
     if placement.replicas == 1:
