@@ -75,6 +75,12 @@ def die_with_parent() -> None:
         os._exit(EXIT_ORPHANED)
 
 
+def node_files(artifacts_dir: Path, job_id: str) -> JobFiles:
+    """The job's files as this process's node sees them: a gang's node N has its own."""
+    node = GangNode.from_env(dict(os.environ))  # as its supervisor chose (JobFiles.own)
+    return JobFiles.of(artifacts_dir, job_id, node.rank if node else 0)
+
+
 def listen_for_stop(state: TrainState, files: JobFiles, attempt: int) -> None:
     """On STOP_SIGNAL read why (cancelled | timeout | shutdown | preempted); the loop stops at
     a step, or for a preemption at the end of the epoch in flight (no work is lost)."""
@@ -234,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         started = float(os.environ.pop(SPAWNED_ENV, time.time()))
     configure_logging("child", job_id=args.job_id)  # to this node's log, the job id on each line
-    node = GangNode.from_env(dict(os.environ))  # a gang's node N: its own files (JobFiles.own)
-    files = JobFiles.of(settings.resolved_artifacts_dir, args.job_id, node.rank if node else 0)
+    files = node_files(settings.resolved_artifacts_dir, args.job_id)
     spec = JobSpec.model_validate_json(files.spec.read_text())
     placement = placement_for(spec, args.rank or 0, args.threads)
     local = spec.resources.replica_count  # this node's ranks (a gang's others run elsewhere)
