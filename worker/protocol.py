@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.domain.job_files import JobFiles
+from app.domain.job_files import JobFiles, write_whole
 from app.domain.states import ErrorCode, JobStatus, StopReason
 
 if TYPE_CHECKING:  # pydantic (and numpy under it) would load before the child's stop catcher
@@ -132,19 +132,12 @@ class Outcome:
         return cls.failure(ErrorCode.disk_full, message, StopReason.disk_full)
 
 
-def outcome_path(workdir: Path, attempt: int) -> Path:
-    return JobFiles(workdir).outcome(attempt)
+def write_outcome(files: JobFiles, attempt: int, outcome: Outcome) -> None:
+    write_whole(files.outcome(attempt), json.dumps(asdict(outcome)))
 
 
-def write_outcome(workdir: Path, attempt: int, outcome: Outcome) -> None:
-    path = outcome_path(workdir, attempt)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(outcome)))
-    os.replace(tmp, path)
-
-
-def read_outcome(workdir: Path, attempt: int) -> Outcome | None:
-    path = outcome_path(workdir, attempt)
+def read_outcome(files: JobFiles, attempt: int) -> Outcome | None:
+    path = files.outcome(attempt)
     if not path.exists():
         return None
     return Outcome(**json.loads(path.read_text()))
@@ -242,36 +235,29 @@ class Assignment:
         )
 
 
-def write_progress(workdir: Path, attempt: int, progress: StepProgress) -> None:
+def write_progress(files: JobFiles, attempt: int, progress: StepProgress) -> None:
     """Replace the attempt's progress file whole (written aside, then renamed)."""
-    path = JobFiles(workdir).progress(attempt)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(progress.model_dump_json())
-    os.replace(tmp, path)
+    write_whole(files.progress(attempt), progress.model_dump_json())
 
 
-def read_progress(workdir: Path, attempt: int) -> StepProgress | None:
+def read_progress(files: JobFiles, attempt: int) -> StepProgress | None:
     """The attempt's last reported progress; None before its first report."""
     from app.schemas.api import StepProgress  # see the TYPE_CHECKING import above
 
     try:
-        return StepProgress.model_validate_json(JobFiles(workdir).progress(attempt).read_text())
+        return StepProgress.model_validate_json(files.progress(attempt).read_text())
     except (FileNotFoundError, ValueError):  # none yet (or not one we can read): no news
         return None
 
 
-def stop_request_path(workdir: Path, attempt: int) -> Path:
-    return JobFiles(workdir).stop_request(attempt)
-
-
-def request_stop(workdir: Path, attempt: int, reason: StopReason) -> None:
+def request_stop(files: JobFiles, attempt: int, reason: StopReason) -> None:
     """Write why the child should stop; the caller then sends STOP_SIGNAL."""
-    stop_request_path(workdir, attempt).write_text(reason)
+    write_whole(files.stop_request(attempt), reason)
 
 
-def read_stop_reason(workdir: Path, attempt: int, default: StopReason) -> StopReason:
+def read_stop_reason(files: JobFiles, attempt: int, default: StopReason) -> StopReason:
     """Why the supervisor asked this attempt to stop (`default` when no file says)."""
-    path = stop_request_path(workdir, attempt)
+    path = files.stop_request(attempt)
     try:
         return StopReason(path.read_text().strip())
     except (FileNotFoundError, ValueError):  # no file (or no reason we know): the default

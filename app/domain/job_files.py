@@ -7,6 +7,8 @@ all of them come from the job id or a server-made dataset id, never from a reque
         spec.json               the resolved spec, written by the supervisor per attempt
         job.log                 the child's output and the supervisor's notes (a gang's rank 0)
         member-N.log            the same, of a multi-node job's node N (1..nodes-1)
+        member-N/               node N's own spec.json and the attempt files below (outcome,
+                                stop, progress, ddp-store): what its supervisor and child share
         model/model.pt          the trained model (model.keras for TensorFlow)
         model/model.onnx        the model for predictions, with model/model-card.json
         checkpoints/epoch-NNNN  checkpoints; checkpoints/latest names the newest whole one
@@ -15,6 +17,11 @@ all of them come from the job id or a server-made dataset id, never from a reque
         progress-N.json         attempt N's steps done in the epoch in progress
         ddp-store-N             attempt N's DDP rendezvous file
     <data_dir>/uploads/<dataset_id>.npz
+
+Every worker may mount one shared artifacts directory, so a gang's nodes may all use one job
+directory: each node's supervisor and child exchange files of that node's own (JobFiles with
+its `member`), and only global rank 0 writes the checkpoints and the model. Rank 0 and a
+one-node job keep the names above.
 """
 
 from __future__ import annotations
@@ -31,27 +38,37 @@ LATEST = "latest"  # inside a checkpoints directory: names the newest complete c
 
 @dataclass(frozen=True)
 class JobFiles:
-    """The files of the job whose directory is `root`."""
+    """The files of the job whose directory is `root`, as node `member` of its gang sees them
+    (0: rank 0, or a one-node job)."""
 
     root: Path
+    member: int = 0
 
     @classmethod
-    def of(cls, artifacts_dir: Path, job_id: str) -> JobFiles:
+    def of(cls, artifacts_dir: Path, job_id: str, member: int = 0) -> JobFiles:
         """The job's directory under EPOCHAL_ARTIFACTS_DIR."""
-        return cls(artifacts_dir / job_id)
+        return cls(artifacts_dir / job_id, member)
+
+    @property
+    def own(self) -> Path:
+        """Where this node's supervisor and child exchange files: member-N/ for node N."""
+        # Workers may share one artifacts directory: a node that starts late must not
+        # rewrite or clear rank 0's spec, stop request, progress or outcome.
+        return self.root if self.member == 0 else self.root / f"member-{self.member}"
 
     @property
     def spec(self) -> Path:
-        return self.root / "spec.json"
+        return self.own / "spec.json"
 
     @property
     def log(self) -> Path:
-        return self.root / "job.log"
+        """This node's log (member_log)."""
+        return self.member_log(self.member)
 
     def member_log(self, member: int) -> Path:
         """The log that node `member` of a gang writes: job.log for rank 0 (and one node)."""
         # Workers may share one artifacts directory: each node appends to a file of its own.
-        return self.log if member == 0 else self.root / f"member-{member}.log"
+        return self.root / ("job.log" if member == 0 else f"member-{member}.log")
 
     @property
     def model_dir(self) -> Path:
@@ -89,16 +106,24 @@ class JobFiles:
         return latest_pointer(self.checkpoints)
 
     def outcome(self, attempt: int) -> Path:
-        return self.root / f"outcome-{attempt}.json"
+        return self.own / f"outcome-{attempt}.json"
 
     def stop_request(self, attempt: int) -> Path:
-        return self.root / f"stop-{attempt}"
+        return self.own / f"stop-{attempt}"
 
     def progress(self, attempt: int) -> Path:
-        return self.root / f"progress-{attempt}.json"
+        return self.own / f"progress-{attempt}.json"
 
     def ddp_store(self, attempt: int) -> Path:
-        return self.root / f"ddp-store-{attempt}"
+        return self.own / f"ddp-store-{attempt}"
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Replace `path` with `text` at once: another process reads the old file or the new one,
+    never a truncated one (written aside, then renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def latest_pointer(checkpoints: Path) -> Path:

@@ -1,7 +1,8 @@
 """One job over several workers: two `epochal worker` processes, each with its own home, on
 PostgreSQL + Redis; a 2-node PyTorch job (gloo on CPU) waits holding nothing while only one
 worker is free, starts when a second comes, and trains like one worker's two replicas; so does
-a 2-node TensorFlow job (MultiWorkerMirroredStrategy) on the same workers."""
+a 2-node TensorFlow job (MultiWorkerMirroredStrategy) on the same workers; on one shared
+artifacts directory (production's storage) both nodes use one job folder."""
 
 from __future__ import annotations
 
@@ -58,12 +59,13 @@ def client(service: Service) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
-def start_worker(service: Service, client: httpx.Client) -> Iterator[Callable[[str, Path], None]]:
-    """Start a worker on a home of its own; the test's workers are stopped when it ends."""
+def start_worker(service: Service, client: httpx.Client) -> Iterator[Callable[..., None]]:
+    """Start a worker on a home of its own (and `env`); the test's workers are stopped when
+    it ends."""
     started: list[str] = []
 
-    def start(name: str, home: Path) -> None:
-        service.start_worker(name, {"EPOCHAL_HOME": str(home)})
+    def start(name: str, home: Path, **env: str) -> None:
+        service.start_worker(name, {"EPOCHAL_HOME": str(home), **env})
         started.append(name)
 
     yield start
@@ -280,3 +282,29 @@ def test_a_killed_rank_0_is_reaped_and_the_gang_forms_again(
     requeue = next(t for t in done["transitions"] if t["to_status"] == "queued" and t["attempt"])
     assert "lease expired" in requeue["reason"], requeue
     assert [epoch for epoch, _ in metric_attempts(service, job)] == list(range(1, epochs + 1))
+
+
+def test_two_workers_on_one_shared_artifacts_directory_train_a_gang_in_one_folder(
+    service: Service,
+    client: httpx.Client,
+    start_worker: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """As in production, where every worker mounts the same storage: both nodes use one job
+    folder, each with its own spec, attempt files and log; rank 0 alone checkpoints."""
+    shared = tmp_path / "shared"
+    for name in ("v", "w"):
+        start_worker(name, tmp_path / name, EPOCHAL_ARTIFACTS_DIR=str(shared))
+    wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
+    epochs = 3
+    job = submit(client, epochs=epochs, nodes=2)
+    done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
+    assert done["status"] == "succeeded", (done["error"], done["transitions"])
+    assert [epoch for epoch, _ in metric_attempts(service, job)] == list(range(1, epochs + 1))
+    rank_0, node_1 = JobFiles.of(shared, job), JobFiles.of(shared, job, member=1)
+    assert rank_0.outcome(1).is_file() and not node_1.outcome(1).exists()  # rank 0 reports
+    assert rank_0.spec.is_file() and node_1.spec.is_file()  # each node's supervisor its own
+    assert "gang node 0 of 2" in rank_0.log.read_text()
+    assert "gang node 1 of 2" in node_1.log.read_text()
+    kept = sorted(p.name for p in rank_0.checkpoints.iterdir())  # rank 0's, nothing copied in
+    assert kept == [f"epoch-{epochs - 1:04d}", f"epoch-{epochs:04d}", "latest"], kept

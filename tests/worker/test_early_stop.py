@@ -16,11 +16,12 @@ EARLY_SIGNAL = """
 import os, sys
 from pathlib import Path
 import worker.child.launch as launch
+from app.domain.job_files import JobFiles
 from worker.protocol import STOP_SIGNAL
 from worker.training.callbacks import TrainState
 os.kill(os.getpid(), STOP_SIGNAL)  # before the loop's handler exists
 state = TrainState(epochs=3, learning_rate=0.1)
-launch.listen_for_stop(state, Path(sys.argv[1]), 1)
+launch.listen_for_stop(state, JobFiles(Path(sys.argv[1])), 1)
 print(state.stop_reason, state.interrupt)
 """
 

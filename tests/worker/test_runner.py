@@ -122,7 +122,7 @@ def test_the_childs_step_progress_reaches_the_job_row_while_its_attempt_lasts(
     try:
         for step in (10, 20):  # as the child's writer (worker.child.progress) reports it
             progress = StepProgress(epoch=1, step=step, steps=50)
-            write_progress(run.workdir, run.attempt, progress)
+            write_progress(run.files, run.attempt, progress)
             wait_until(
                 lambda progress=progress: stored(job.id).step_progress == progress.model_dump(),
                 scaled(10),

@@ -155,10 +155,13 @@ def train(
             return Outcome.failure(ErrorCode.invalid_data, str(exc))
     with phase(timings, "build_s"):
         backend = create_backend(spec, splits, placement)
-    if placement.replicas > spec.resources.replica_count:  # a gang: each node has its own files
+    if placement.replicas > spec.resources.replica_count:  # a gang: a node may have its own
         share_newest(JobFiles(workdir).checkpoints, backend, placement.rank)
     record: list[Callback] = []
-    progress = writing_progress(state, workdir, attempt) if backend.is_main else nullcontext()
+    # Only the main rank reports: global rank 0, on a gang's node 0, whose files are the job's.
+    progress = (
+        writing_progress(state, JobFiles(workdir), attempt) if backend.is_main else nullcontext()
+    )
     if backend.is_main:
         rows, pruning = DbMetricRecorder(job_id, attempt), TrialPruning(job_id)
         record = [ForgetReplayedEpochs(job_id, attempt), rows, pruning]

@@ -75,12 +75,18 @@ def die_with_parent() -> None:
         os._exit(EXIT_ORPHANED)
 
 
-def listen_for_stop(state: TrainState, workdir: Path, attempt: int) -> None:
+def node_files(artifacts_dir: Path, job_id: str) -> JobFiles:
+    """The job's files as this process's node sees them: a gang's node N has its own."""
+    node = GangNode.from_env(dict(os.environ))  # as its supervisor chose (JobFiles.own)
+    return JobFiles.of(artifacts_dir, job_id, node.rank if node else 0)
+
+
+def listen_for_stop(state: TrainState, files: JobFiles, attempt: int) -> None:
     """On STOP_SIGNAL read why (cancelled | timeout | shutdown | preempted); the loop stops at
     a step, or for a preemption at the end of the epoch in flight (no work is lost)."""
 
     def on_signal(_signum: int, _frame: object) -> None:
-        reason = read_stop_reason(workdir, attempt, default=StopReason.cancelled)
+        reason = read_stop_reason(files, attempt, default=StopReason.cancelled)
         if reason != StopReason.preempted:
             state.interrupt = reason
         state.request_stop(reason)
@@ -116,7 +122,7 @@ def placement_for(spec: JobSpec, rank: int, threads: Threads | None) -> Placemen
 
 
 def run_ranks(
-    job_id: str, attempt: int, workdir: Path, replicas: int, threads: Threads | None
+    job_id: str, attempt: int, files: JobFiles, replicas: int, threads: Threads | None
 ) -> int:
     """Start one process per DDP rank and wait; when one ends, the rest may not linger.
 
@@ -126,7 +132,7 @@ def run_ranks(
     killed by a signal cannot take part any more: the others are killed at once.
     """
     signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the ranks themselves handle it
-    store = JobFiles(workdir).ddp_store(attempt)
+    store = files.ddp_store(attempt)
     store.unlink(missing_ok=True)
     # A rank still starting when this process dies is re-parented before it can ask for
     # PR_SET_PDEATHSIG: told who its parent is, it sees that and exits (die_with_parent).
@@ -235,15 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         started = float(os.environ.pop(SPAWNED_ENV, time.time()))
     configure_logging("child", job_id=args.job_id)  # to this node's log, the job id on each line
-    files = JobFiles.of(settings.resolved_artifacts_dir, args.job_id)
-    workdir = files.root
+    files = node_files(settings.resolved_artifacts_dir, args.job_id)
     spec = JobSpec.model_validate_json(files.spec.read_text())
     placement = placement_for(spec, args.rank or 0, args.threads)
     local = spec.resources.replica_count  # this node's ranks (a gang's others run elsewhere)
     if args.rank is None and spec.framework == "pytorch" and local > 1:
-        return run_ranks(args.job_id, args.attempt, workdir, local, args.threads)
+        return run_ranks(args.job_id, args.attempt, files, local, args.threads)
     state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
-    listen_for_stop(state, workdir, args.attempt)
+    listen_for_stop(state, files, args.attempt)
     from worker.child.attempt import (
         train,  # after the signal handler: importing a framework is slow
     )
@@ -254,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             spec,
             args.job_id,
             args.attempt,
-            workdir,
+            files.root,
             placement,
             state,
             settings.resolved_data_dir,
@@ -264,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         outcome = classify(exc)
     if placement.is_main:
-        write_outcome(workdir, args.attempt, outcome)
+        write_outcome(files, args.attempt, outcome)
     log.info("attempt %s ended: %s (%s)", args.attempt, outcome.status, outcome.stop_reason)
     return 0 if outcome.status != JobStatus.failed else 1
 

@@ -11,8 +11,8 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
+from app.domain.job_files import JobFiles
 from app.schemas.api import StepProgress
 from worker.protocol import PROGRESS_SECONDS, write_progress
 from worker.training.callbacks import TrainState
@@ -23,9 +23,9 @@ log = logging.getLogger("epochal.child")
 class ProgressWriter(threading.Thread):
     """Writes state.step_progress to the attempt's progress file when it moved."""
 
-    def __init__(self, state: TrainState, workdir: Path, attempt: int) -> None:
+    def __init__(self, state: TrainState, files: JobFiles, attempt: int) -> None:
         super().__init__(name="step-progress", daemon=True)
-        self.state, self.workdir, self.attempt = state, workdir, attempt
+        self.state, self.files, self.attempt = state, files, attempt
         self._stopped = threading.Event()
 
     def run(self) -> None:
@@ -37,7 +37,7 @@ class ProgressWriter(threading.Thread):
             epoch, step, steps = noted
             try:
                 write_progress(
-                    self.workdir, self.attempt, StepProgress(epoch=epoch, step=step, steps=steps)
+                    self.files, self.attempt, StepProgress(epoch=epoch, step=step, steps=steps)
                 )
             except OSError as exc:  # a full disk: the training's own writes say so, not this
                 log.debug("could not write the step progress: %s", exc)
@@ -49,9 +49,9 @@ class ProgressWriter(threading.Thread):
 
 
 @contextmanager
-def writing_progress(state: TrainState, workdir: Path, attempt: int) -> Iterator[None]:
+def writing_progress(state: TrainState, files: JobFiles, attempt: int) -> Iterator[None]:
     """The progress file follows the state's notes for as long as the block runs."""
-    writer = ProgressWriter(state, workdir, attempt)
+    writer = ProgressWriter(state, files, attempt)
     writer.start()
     try:
         yield

@@ -38,9 +38,14 @@ class Attempt:
     shipper: LogShipper | None = None  # another node: its log's lines, to the database
 
     @property
+    def files(self) -> JobFiles:
+        """The job's files as this node sees them: its own spec, log and attempt files."""
+        return JobFiles(self.workdir, gang.member_of(self.formed))
+
+    @property
     def log(self) -> Path:
         """The log this node writes (JobFiles.member_log): never another node's file."""
-        return JobFiles(self.workdir).member_log(gang.member_of(self.formed))
+        return self.files.log
 
 
 def note(run: Attempt, text: str) -> None:

@@ -16,7 +16,6 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import make_url
@@ -24,6 +23,7 @@ from sqlalchemy.engine import make_url
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain import crud
+from app.domain.job_files import JobFiles
 from app.domain.states import ACTIVE, ErrorCode, JobStatus
 from app.scheduler import gang
 from app.scheduler.gang import Rendezvous, Seat
@@ -151,10 +151,10 @@ class SeatKeeper(LeaseKeeper):
     the other seats; another node renews only its seat, and stops once the attempt is over."""
 
     def __init__(
-        self, settings: Settings, formed: Formed, renewed_at: float, workdir: Path
+        self, settings: Settings, formed: Formed, renewed_at: float, files: JobFiles
     ) -> None:
         # Rank 0's renewals carry the epoch's steps (its child writes them); the others' none.
-        progress_from = workdir if formed.node.rank == 0 else None
+        progress_from = files if formed.node.rank == 0 else None
         super().__init__(settings, formed.job_id, formed.attempt, renewed_at, progress_from)
         self.formed = formed
 

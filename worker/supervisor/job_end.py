@@ -68,7 +68,7 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
 
 def outcome_of(run: Attempt) -> Outcome:
     """The child's own report, or what its death tells us."""
-    reported = read_outcome(run.workdir, run.attempt)
+    reported = read_outcome(run.files, run.attempt)
     if reported is not None:
         return reported
     code = run.process.returncode
@@ -96,12 +96,12 @@ def record_end(settings: Settings, run: Attempt) -> None:
         log.warning("job %s attempt %s: lease lost; leaving the job", run.job_id, run.attempt)
         _ship_rest(run)
         return
-    outcome = outcome_of(run)
     if run.formed is not None and run.formed.node.rank:  # rank 0 writes the gang's end
         note(run, f"ended: exit code {run.process.returncode}")
         _ship_rest(run)
         gang.end_seat(run.formed, clean=run.process.returncode == 0)
         return
+    outcome = outcome_of(run)
     if run.formed is not None:
         outcome = gang.settle(settings, run.formed, outcome, run.broken)
     note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 
 from sqlalchemy.exc import DBAPIError
 
@@ -24,6 +23,7 @@ from app.core.config import Settings
 from app.core.db import RETRY_FIRST_DELAY, session_scope, transient
 from app.core.log_setup import job_context
 from app.domain import crud
+from app.domain.job_files import JobFiles
 from app.domain.states import JobStatus
 from app.schemas.api import StepProgress
 from worker.protocol import PROGRESS_SECONDS, read_progress
@@ -41,11 +41,11 @@ class LeaseKeeper(threading.Thread):
         job_id: str,
         attempt: int,
         renewed_at: float,
-        workdir: Path | None = None,  # where the child's progress file is (None: not read)
+        files: JobFiles | None = None,  # whose progress file to read (None: not read)
     ) -> None:
         super().__init__(name=f"lease-{job_id}", daemon=True)
         self.settings, self.job_id, self.attempt = settings, job_id, attempt
-        self.workdir = workdir
+        self.files = files
         self.reported: StepProgress | None = None  # the progress the job row holds
         self.renewed_at = renewed_at  # monotonic time just before the last successful renewal
         self.status: JobStatus | None = JobStatus.running
@@ -92,10 +92,10 @@ class LeaseKeeper(threading.Thread):
 
     def _new_progress(self) -> StepProgress | None:
         """The child's progress when it differs from what the job row holds, else None."""
-        if self.workdir is None:
+        if self.files is None:
             return None
         try:
-            progress = read_progress(self.workdir, self.attempt)
+            progress = read_progress(self.files, self.attempt)
         except OSError:  # a disk in trouble must not stop the renewals: no news, then
             return None
         return None if progress == self.reported else progress

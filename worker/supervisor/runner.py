@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from app.core.config import Settings, get_settings
 from app.core.db import retrying
 from app.core.log_setup import job_context
-from app.domain.job_files import JobFiles
+from app.domain.job_files import JobFiles, write_whole
 from app.domain.job_log import append_line, cap_log
 from app.domain.states import JobStatus, StopReason
 from app.domain.tables import utcnow
@@ -139,17 +139,17 @@ def start_child(
     seconds: float,
     formed: gang.Formed | None = None,
 ) -> Attempt:
-    files = JobFiles.of(settings.resolved_artifacts_dir, job_id)
-    workdir = files.root
-    workdir.mkdir(parents=True, exist_ok=True)
-    files.spec.write_text(spec.model_dump_json())
+    # The workers may share one artifacts directory: each node of a gang writes, clears and
+    # logs to files of its own (JobFiles.own, member_log), never rank 0's.
+    member = gang.member_of(formed)
+    files = JobFiles.of(settings.resolved_artifacts_dir, job_id, member)
+    files.own.mkdir(parents=True, exist_ok=True)
+    write_whole(files.spec, spec.model_dump_json())
     stale_files = (files.outcome(attempt), files.stop_request(attempt), files.progress(attempt))
     for stale in stale_files:  # a preempted attempt
         stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
-    # Each node writes a log of its own (the workers may share one artifacts directory);
-    # another node's lines go to the database too, from this attempt on: the API reads those.
-    member = gang.member_of(formed)
-    log_path = files.member_log(member)
+    # Another node's lines go to the database too, from this attempt on: the API reads those.
+    log_path = files.log
     shipper = LogShipper(job_id, member, log_path) if member else None
     threads = threads_for(spec, cpu_budget(settings))
     _log_start(settings, log_path, attempt, seconds, threads, formed)
@@ -171,7 +171,7 @@ def start_child(
             )
     now = time.monotonic()
     return Attempt(
-        job_id, attempt, workdir, now + seconds, process, now, formed=formed, shipper=shipper
+        job_id, attempt, files.root, now + seconds, process, now, formed=formed, shipper=shipper
     )
 
 
@@ -193,9 +193,9 @@ def _log_start(
 def supervise(settings: Settings, run: Attempt) -> None:
     """Until the child exits: keep the lease, relay cancel and deadline, escalate stops."""
     lease = (
-        LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at, run.workdir)
+        LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at, run.files)
         if run.formed is None
-        else gang.SeatKeeper(settings, run.formed, run.renewed_at, run.workdir)
+        else gang.SeatKeeper(settings, run.formed, run.renewed_at, run.files)
     )
     lease.start()
     try:
@@ -259,7 +259,7 @@ def _lose(run: Attempt, why: str) -> None:
 def _request_stop(run: Attempt, reason: StopReason) -> None:
     if run.stop_sent_at is not None:
         return
-    request_stop(run.workdir, run.attempt, reason)
+    request_stop(run.files, run.attempt, reason)
     run.stop_sent_at, run.stop_reason = time.monotonic(), reason
     signal_group(run, STOP_SIGNAL)
     note(run, f"asked the training process to stop ({reason})")

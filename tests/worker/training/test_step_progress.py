@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from app.domain.job_files import JobFiles
 from app.schemas.api import StepProgress
 from tests.helpers import scaled, wait_until
 from tests.worker.training.inprocess import backend_for, make_spec
@@ -42,14 +43,14 @@ def test_each_back_end_notes_its_steps_as_the_epoch_goes(framework: str) -> None
 
 
 def test_the_writer_follows_the_latest_note(tmp_path: Path) -> None:
-    state = TrainState(epochs=3, learning_rate=0.1)
-    with writing_progress(state, tmp_path, attempt=2):
-        assert read_progress(tmp_path, 2) is None  # nothing noted, nothing written
+    state, files = TrainState(epochs=3, learning_rate=0.1), JobFiles(tmp_path)
+    with writing_progress(state, files, attempt=2):
+        assert read_progress(files, 2) is None  # nothing noted, nothing written
         state.steps_done(5, 40)
         expected = StepProgress(epoch=1, step=5, steps=40)
-        wait_until(lambda: read_progress(tmp_path, 2) == expected, scaled(10), "step 5")
+        wait_until(lambda: read_progress(files, 2) == expected, scaled(10), "step 5")
         state.epoch = 1  # the first epoch ended; the second goes
         state.steps_done(3, 40)
         expected = StepProgress(epoch=2, step=3, steps=40)
-        wait_until(lambda: read_progress(tmp_path, 2) == expected, scaled(10), "epoch 2 step 3")
-    assert read_progress(tmp_path, 1) is None  # another attempt's file is another file
+        wait_until(lambda: read_progress(files, 2) == expected, scaled(10), "epoch 2 step 3")
+    assert read_progress(files, 1) is None  # another attempt's file is another file
