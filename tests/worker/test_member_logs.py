@@ -5,23 +5,19 @@ lines, and member 1's shipped rows only member 1's, through the supervisor's own
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from app.core.config import Settings, get_settings
+from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain import crud, member_log
 from app.domain.job_files import JobFiles
 from app.domain.job_log import cap_log
 from app.domain.retention import remove_job_files
-from app.domain.tables import utcnow
 from app.schemas.job_spec import JobSpec
-from worker.protocol import GangNode
-from worker.supervisor.attempt import Attempt, note
-from worker.supervisor.gang import Formed
-from worker.supervisor.runner import start_child
+from tests.worker.gang_nodes import stand_in_child, start_node
+from worker.supervisor.attempt import note
 
 # The training process's part: it prints to stdout, which the supervisor points at the log.
 CHILD = "import os\nprint('child of node', os.environ['EPOCHAL_GANG_NODE'], flush=True)\n"
@@ -30,22 +26,7 @@ CHILD = "import os\nprint('child of node', os.environ['EPOCHAL_GANG_NODE'], flus
 @pytest.fixture
 def settings(db_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Both nodes' settings: one artifacts directory; the child is a one-line script."""
-    child = tmp_path / "child"
-    child.write_text(f"#!{sys.executable}\n{CHILD}")
-    child.chmod(0o755)
-    monkeypatch.setenv("EPOCHAL_PYTORCH_PYTHON", str(child))  # run as `child -m ...`
-    monkeypatch.setenv("EPOCHAL_WARM_FRAMEWORKS", "")
-    get_settings.cache_clear()
-    return get_settings()
-
-
-def start_node(settings: Settings, job_id: str, spec: JobSpec, rank: int) -> Attempt:
-    """Node `rank` of the 2-node gang's attempt 1, started as the runner starts it."""
-    node = GangNode(rank, 2, "tcp://127.0.0.1:29500")
-    formed = Formed(job_id, 1, spec, utcnow(), node, f"w{rank}")
-    run = start_child(settings, job_id, 1, spec, 600, formed)
-    assert run.process.wait(timeout=60) == 0
-    return run
+    return stand_in_child(tmp_path, monkeypatch, CHILD)
 
 
 def test_each_node_writes_and_ships_only_its_own_lines(settings: Settings) -> None:

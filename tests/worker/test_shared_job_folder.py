@@ -6,21 +6,19 @@ child reads the spec and stop request its own supervisor wrote (JobFiles.own).""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from app.core.config import Settings, get_settings
+from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain.job_files import JobFiles
 from app.domain.states import StopReason
-from app.domain.tables import utcnow
 from app.schemas.api import StepProgress
 from app.schemas.job_spec import JobSpec
+from tests.worker.gang_nodes import stand_in_child, start_node
 from worker.protocol import (
-    GangNode,
     Outcome,
     read_progress,
     read_stop_reason,
@@ -28,10 +26,7 @@ from worker.protocol import (
     write_outcome,
     write_progress,
 )
-from worker.supervisor.attempt import Attempt
-from worker.supervisor.gang import Formed
 from worker.supervisor.job_end import outcome_of
-from worker.supervisor.runner import start_child
 
 # The training process's part: it finds its node's files as the real child does, and says
 # which spec it reads (argv: -m MODULE JOB_ID --attempt N ...).
@@ -46,22 +41,7 @@ print("spec from", files.spec.relative_to(files.root), files.spec.read_text()[:1
 @pytest.fixture
 def settings(db_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """Both nodes' settings: one artifacts directory; the child is a short stand-in script."""
-    child = tmp_path / "child"
-    child.write_text(f"#!{sys.executable}\n{CHILD}")
-    child.chmod(0o755)
-    monkeypatch.setenv("EPOCHAL_PYTORCH_PYTHON", str(child))  # run as `child -m ...`
-    monkeypatch.setenv("EPOCHAL_WARM_FRAMEWORKS", "")
-    get_settings.cache_clear()
-    return get_settings()
-
-
-def start_node(settings: Settings, job_id: str, spec: JobSpec, rank: int) -> Attempt:
-    """Node `rank` of the 2-node gang's attempt 1, started as the runner starts it."""
-    node = GangNode(rank, 2, "tcp://127.0.0.1:29500")
-    formed = Formed(job_id, 1, spec, utcnow(), node, f"w{rank}")
-    run = start_child(settings, job_id, 1, spec, 600, formed)
-    assert run.process.wait(timeout=60) == 0
-    return run
+    return stand_in_child(tmp_path, monkeypatch, CHILD)
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int, bytes]]:
