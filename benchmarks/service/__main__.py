@@ -201,21 +201,29 @@ def bench_warm(report: Report, quick: bool) -> None:
     report.add("warm_import_idle_wall_s", idle["wall_s"], "s", "median POST to end")
 
 
+GANG_LAYOUTS = (("2x1", "2 nodes x 1"), ("1x1", "1 node x 1"), ("1x2", "1 node x 2"))
+
+
 def bench_gang(report: Report, quick: bool) -> None:
     epochs, runs = (3, 1) if quick else (5, 3)
     with bench_env("postgres") as env, running(env) as service, service.client() as client:
-        found = gang.measure(service, client, epochs, runs)
+        gang.start_workers(service)
+        for framework in gang.FRAMEWORKS:
+            report_gang(report, framework, gang.measure(service, client, framework, epochs, runs))
     setup = f"Fashion-MNIST 12k, MLP 128-64, batch 128, {epochs} epochs, median of {runs}"
-    for layout, label in (("2x1", "2 nodes x 1"), ("1x1", "1 node x 1"), ("1x2", "1 node x 2")):
-        first, note = found[f"first_step_s_{layout}"], f"{label}; POST, workers free, to step 1"
-        report.add(f"gang_first_step_s_{layout}", first, "s", note if layout != "1x1" else setup)
-        if layout != "1x1":
-            report.add(f"gang_first_step_{layout}_vs_1x1", found[f"first_step_s_{layout}_x"], "x")
-    for layout, label in (("2x1", "2 nodes x 1"), ("1x1", "1 node x 1"), ("1x2", "1 node x 2")):
-        epoch = found[f"epoch_s_{layout}"]
-        report.add(f"gang_epoch_s_{layout}", epoch, "s", f"{label}; median of epochs 2..N")
-        if layout != "1x1":
-            report.add(f"gang_epoch_{layout}_vs_1x1", found[f"epoch_s_{layout}_x"], "x")
+    report.add("gang_epochs", float(epochs), "epochs", setup)
+
+
+def report_gang(report: Report, framework: str, found: dict[str, float]) -> None:
+    """One framework's rows: first step and per-epoch cost per layout, and each against 1x1."""
+    name = f"gang_{framework}"
+    for key, what in (("first_step", "POST, workers free, to step 1"), ("epoch", "epochs 2..N")):
+        for layout, label in GANG_LAYOUTS:
+            report.add(
+                f"{name}_{key}_s_{layout}", found[f"{key}_s_{layout}"], "s", f"{label}; {what}"
+            )
+            if layout != "1x1":
+                report.add(f"{name}_{key}_{layout}_vs_1x1", found[f"{key}_s_{layout}_x"], "x")
 
 
 STEPS = (

@@ -1,4 +1,5 @@
-"""A two-node PyTorch job (gloo on CPU) against one worker's one and two replicas, side by side.
+"""A two-node job (PyTorch over gloo, TensorFlow's MultiWorkerMirroredStrategy; on CPU) against
+one worker's one and two replicas, side by side, framework by framework.
 
 Two workers, each on a home of its own as on two boxes, on PostgreSQL + Redis, both idle when
 each job is submitted (enough workers free), jobs alternating run by run after one unmeasured
@@ -28,8 +29,8 @@ from benchmarks.service.stack import engine_for
 from tests.helpers import Service
 
 LAYOUTS = {"1x1": {}, "1x2": {"replicas": 2}, "2x1": {"nodes": 2}}  # nodes x replicas
+FRAMEWORKS = ("pytorch", "tensorflow")
 SPEC: dict[str, Any] = {
-    "framework": "pytorch",
     "dataset": {"name": "fashion_mnist", "limit": 12000},
     "model": {"hidden_units": [128, 64]},
     "training": {"batch_size": 128},  # the global batch: split over the replicas
@@ -71,31 +72,35 @@ def first_step_at(service: Service, job_id: str) -> datetime:
     return datetime.fromtimestamp(at.timestamp() - float(seconds), UTC)
 
 
-def one_job(service: Service, client: httpx.Client, layout: str, epochs: int) -> dict[str, float]:
+def one_job(
+    service: Service, client: httpx.Client, framework: str, layout: str, epochs: int
+) -> dict[str, float]:
     """A job of `layout` with both workers free: POST to first step, and its epochs' cost."""
     wait_both_free(client)
-    spec = {**SPEC, "training": {**SPEC["training"], "epochs": epochs}}
+    spec = {**SPEC, "framework": framework, "training": {**SPEC["training"], "epochs": epochs}}
     response = client.post("/v1/jobs", json={**spec, "resources": LAYOUTS[layout]})
     posted = datetime.now(UTC)
     response.raise_for_status()
     job = wait_terminal(client, response.json()["id"], timeout=600, interval=1.0)
     if job["status"] != "succeeded":
-        raise RuntimeError(f"gang benchmark job ({layout}) ended {job['status']}: {job['error']}")
+        ended = f"{job['status']}: {job['error']}"
+        raise RuntimeError(f"gang benchmark job ({framework} {layout}) ended {ended}")
     rows = client.get(f"/v1/jobs/{job['id']}/metrics").json()["items"]
     epoch_s = median(float(row["epoch_seconds"]) for row in rows[1:])
     first = (first_step_at(service, job["id"]) - posted).total_seconds()
     return {"first_step_s": first, "epoch_s": epoch_s}
 
 
-def measure(service: Service, client: httpx.Client, epochs: int, runs: int) -> dict[str, Any]:
+def measure(
+    service: Service, client: httpx.Client, framework: str, epochs: int, runs: int
+) -> dict[str, Any]:
     """Per layout: the median first step and per-epoch cost, and each against 1x1's (medians
     of per-run ratios: a slow moment of the shared machine hits a run's jobs alike)."""
-    start_workers(service)
-    one_job(service, client, "1x1", 2)  # unmeasured: the workers' first imports are done
+    one_job(service, client, framework, "1x1", 2)  # unmeasured: the first imports are done
     results: dict[str, list[dict[str, float]]] = {layout: [] for layout in LAYOUTS}
     for _ in range(runs):
         for layout in LAYOUTS:
-            results[layout].append(one_job(service, client, layout, epochs))
+            results[layout].append(one_job(service, client, framework, layout, epochs))
     base = results["1x1"]
     summary: dict[str, Any] = {}
     for layout, found in results.items():
