@@ -87,14 +87,14 @@ def running_jobs(session: Session) -> list[Running]:
     )
     for job_id, attempt, gpus in seats:
         held[(job_id, attempt)].append(int(gpus))
-    names = [j.worker_name for j in jobs if j.nodes <= 1 and j.worker_name]
-    worker_gpus = select(Worker.name, Worker.gpus).where(Worker.name.in_(names))
-    one = {name: int(gpus) for name, gpus in session.execute(worker_gpus)}
-    running = [
-        Running(j, tuple(held[(j.id, j.attempt)]) if j.nodes > 1 else (one[j.worker_name],))
-        for j in jobs
-        if j.nodes > 1 or j.worker_name in one
-    ]
+    ones = session.execute(
+        select(Job.id, Job.attempt, Worker.gpus)
+        .join(Worker, Worker.name == Job.worker_name)
+        .where(Job.id.in_([j.id for j in jobs if j.nodes <= 1]))
+    )
+    for job_id, attempt, gpus in ones:
+        held[(job_id, attempt)].append(int(gpus))
+    running = [Running(j, tuple(held[(j.id, j.attempt)])) for j in jobs]
     return [r for r in running if r.gpus]
 
 
