@@ -330,7 +330,7 @@ def test_a_gang_far_below_a_queued_job_stops_whole_at_its_epoch_and_resumes_as_a
 ) -> None:
     """Both workers hold the gang: a priority-90 job preempts it, both nodes stop at the epoch
     (no member lost), the high job runs, and the gang re-forms and resumes from its checkpoint
-    under the same attempt, on one shared artifacts directory (whichever worker is rank 0)."""
+    under the same attempt (on one shared artifacts directory, where node 1's log is at hand)."""
     shared = tmp_path / "shared"
     for name in ("x", "y"):
         start_worker(name, tmp_path / name, EPOCHAL_ARTIFACTS_DIR=str(shared))
