@@ -71,6 +71,9 @@ STOPPED = {
     StopReason.non_finite_loss: (JobStatus.failed, ErrorCode.non_finite_loss),
 }
 
+# Stops every node agreed on at an epoch, after rank 0's checkpoint: re-queued, nobody's failure.
+AGREED_STOPS = frozenset({ErrorCode.preempted, ErrorCode.worker_shutdown})
+
 FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
@@ -112,6 +115,11 @@ class Outcome:
     @property
     def retryable(self) -> bool:
         return self.status == JobStatus.failed and self.error_code in RETRYABLE
+
+    @property
+    def clean(self) -> bool:
+        """Not a failure: it succeeded, was cancelled, or stopped where all nodes agreed to."""
+        return self.status != JobStatus.failed or self.error_code in AGREED_STOPS
 
     @classmethod
     def failure(

@@ -6,7 +6,8 @@ claims at most one job and every queued job has had one sent, so a job is never 
 and the claim are one transaction, the pick's row locked FOR UPDATE SKIP LOCKED on PostgreSQL
 (two workers pick two jobs) and under SQLite's single-writer lock (BEGIN IMMEDIATE), and the
 claim is the conditional UPDATE of crud.claim_job, so a job is never run twice. A multi-node
-job is picked only while enough workers are free, and then seats a gang (app.scheduler.gang).
+job is picked only while enough workers are free, and then seats a gang (app.scheduler.gang);
+while running jobs stop to make room for a gang, a worker takes nothing below it (preempt).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from app.domain import crud
 from app.domain.states import JobStatus
 from app.domain.tables import ApiKey, Job, utcnow
 from app.domain.usage import usage
-from app.scheduler import gang, stats
+from app.scheduler import gang, preempt, stats
 from app.scheduler.gang import Rendezvous, Seat
 from app.scheduler.policy import Share, fair_order
 
@@ -62,6 +63,9 @@ def fits(gpus: int) -> list[ColumnElement[bool]]:
 def next_job(session: Session, gpus: int, settings: Settings, now: datetime) -> str | None:
     """The id of the job a free worker with `gpus` GPUs runs next (locked until commit)."""
     where = [*fits(gpus), *gang.admissible(settings, now)]
+    reserved = preempt.making_room(session, gpus)
+    if reserved is not None:  # a gang's victims are stopping: their workers wait for it
+        where.append(Job.priority >= reserved)
     priority = session.scalar(select(func.max(Job.priority)).where(*where))
     while priority is not None:
         found = _at_priority(session, where, priority, settings, now)

@@ -7,39 +7,54 @@ set, its supervisor sees it at the next lease renewal and asks the training chil
 the end of the epoch in flight (the stop path of a cancel). The child checkpoints; the
 supervisor re-queues the job with a `preempted` transition under the same attempt (not counted
 against max_restarts), and its next claim resumes from that epoch (crud.claim_job).
+
+A gang is one job. Running, stopping it frees every seat's worker (its nodes stop together at
+the epoch, and rank 0 re-queues it whole). Queued, an N-node job fits no free worker while
+fewer than N live free workers fit it: it asks as many victims, in the same order, as free
+the workers it lacks (none if all of them would not), and while they stop, a worker they free
+takes nothing below it (`making_room`), so the gang gathers instead of the victims coming back.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import exists, func, select, update
+from sqlalchemy.orm import Session, aliased
 
 from app.core.config import Settings
 from app.core.db import rows_changed
 from app.domain import crud
 from app.domain.states import ACTIVE, PREEMPTED, JobStatus
-from app.domain.tables import Job, Worker
+from app.domain.tables import GangMember, Job, Worker
 from app.scheduler import stats
 
 log = logging.getLogger(__name__)
 CANDIDATES = 20  # queued jobs considered per round, highest priority first
 
 
+@dataclass(frozen=True)
+class Running:
+    """A running preemptible job and the GPUs of each worker it holds (a gang: every seat's)."""
+
+    job: Job
+    gpus: tuple[int, ...]
+
+    def frees(self, gpus: int) -> int:
+        """How many workers with at least `gpus` GPUs stopping it frees."""
+        return sum(1 for held in self.gpus if held >= gpus)
+
+
 def preempt_round(session: Session, settings: Settings) -> int:
     """Ask running jobs to make room for queued ones far above them; how many were asked."""
     workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
-    rows = session.execute(
-        select(Job, Worker.gpus)
-        .join(Worker, Worker.name == Job.worker_name)
-        .where(Job.status == JobStatus.running, Job.preemptible.is_(True))
-    ).all()
-    running: list[tuple[Job, int]] = [(job, int(gpus)) for job, gpus in rows]
+    running = running_jobs(session)
     if not running:
         return 0
-    floor = min(job.priority for job, _ in running) + settings.preempt_margin
+    floor = min(r.job.priority for r in running) + settings.preempt_margin
     queued = session.scalars(
         select(Job)
         .where(Job.status == JobStatus.queued, Job.priority >= floor)
@@ -48,32 +63,74 @@ def preempt_round(session: Session, settings: Settings) -> int:
     ).all()
     asked = 0
     for job in queued:
-        if any(w.gpus >= job.gpus and w.current_job_id is None for w in workers):
-            continue  # a free worker will take it
-        if _already_asked(session, job.id):
-            continue
-        victim = pick_victim(job, running, settings.preempt_margin)
-        if victim is not None and _ask(session, victim, job):
-            running = [(j, g) for j, g in running if j.id != victim.id]
-            asked += 1
+        # Workers free (or seated in its own forming gang) that fit it, and those on the way.
+        free = sum(1 for w in workers if w.gpus >= job.gpus and w.current_job_id in (None, job.id))
+        coming = sum(r.frees(job.gpus) for r in running if r.job.preempted_by == job.id)
+        victims = pick_victims(job, running, settings.preempt_margin, job.nodes - free - coming)
+        chosen = {r.job.id for r in victims if _ask(session, r.job, job)}
+        running = [r for r in running if r.job.id not in chosen]
+        asked += len(chosen)
     return asked
 
 
-def pick_victim(job: Job, running: Sequence[tuple[Job, int]], margin: int) -> Job | None:
-    """The running job to stop for `job`: lowest priority, then the latest started."""
+def running_jobs(session: Session) -> list[Running]:
+    """Each running preemptible job with its workers' GPUs: a gang's seats of its attempt, a
+    one-node job's worker (a job whose worker row is gone frees nothing, so is left out)."""
+    jobs = session.scalars(
+        select(Job).where(Job.status == JobStatus.running, Job.preemptible.is_(True))
+    ).all()
+    held: dict[tuple[str, int | None], list[int]] = defaultdict(list)
+    seats = session.execute(
+        select(GangMember.job_id, GangMember.attempt, Worker.gpus)
+        .join(Worker, Worker.name == GangMember.worker)
+        .where(GangMember.job_id.in_([j.id for j in jobs if j.nodes > 1]))
+    )
+    for job_id, attempt, gpus in seats:
+        held[(job_id, attempt)].append(int(gpus))
+    ones = session.execute(
+        select(Job.id, Job.attempt, Worker.gpus)
+        .join(Worker, Worker.name == Job.worker_name)
+        .where(Job.id.in_([j.id for j in jobs if j.nodes <= 1]))
+    )
+    for job_id, attempt, gpus in ones:
+        held[(job_id, attempt)].append(int(gpus))
+    running = [Running(j, tuple(held[(j.id, j.attempt)])) for j in jobs]
+    return [r for r in running if r.gpus]
+
+
+def pick_victims(job: Job, running: Sequence[Running], margin: int, lacking: int) -> list[Running]:
+    """The running jobs to stop for `job` so that `lacking` more workers fit it: lowest
+    priority first, then the latest started; none when they would not free enough."""
+    if lacking <= 0:
+        return []  # free workers (and those on their way) will take it
     fitting = [
-        j
-        for j, gpus in running
-        if gpus >= job.gpus and j.priority + margin <= job.priority and j.preempted_by is None
+        r
+        for r in running
+        if r.frees(job.gpus)
+        and r.job.priority + margin <= job.priority
+        and r.job.preempted_by is None
     ]
-    latest = sorted(fitting, key=lambda j: j.started_at or j.created_at, reverse=True)
-    return min(latest, key=lambda j: j.priority, default=None)
+    latest = sorted(fitting, key=lambda r: r.job.started_at or r.job.created_at, reverse=True)
+    chosen, freed = [], 0
+    for victim in sorted(latest, key=lambda r: r.job.priority):  # stable: latest first within
+        if freed >= lacking:
+            break
+        chosen.append(victim)
+        freed += victim.frees(job.gpus)
+    return chosen if freed >= lacking else []
 
 
-def _already_asked(session: Session, job_id: str) -> bool:
-    """A running job is stopping for this one already."""
-    query = select(Job.id).where(Job.preempted_by == job_id, Job.status.in_(ACTIVE)).limit(1)
-    return session.scalar(query) is not None
+def making_room(session: Session, gpus: int) -> int | None:
+    """The priority of the highest queued gang that fits a worker with `gpus` GPUs and has
+    running jobs stopping for it, or None: a worker they free takes nothing below it (a
+    victim re-queued first would otherwise take its worker back before the gang gathers)."""
+    victim = aliased(Job)
+    stopping = exists().where(victim.preempted_by == Job.id, victim.status.in_(ACTIVE))
+    query = select(func.max(Job.priority)).where(
+        Job.status == JobStatus.queued, Job.nodes > 1, Job.gpus <= gpus, stopping
+    )
+    found = session.scalar(query)
+    return None if found is None else int(found)
 
 
 def _ask(session: Session, victim: Job, job: Job) -> bool:

@@ -18,7 +18,7 @@ from app.domain import crud
 from app.domain.states import JobStatus
 from app.domain.tables import GangMember, Job, Worker, utcnow
 from app.main import create_app
-from app.scheduler import gang
+from app.scheduler import gang, preempt
 from app.scheduler.claim import claim_next
 from app.scheduler.gang import Rendezvous, Seat
 from app.scheduler.position import standing
@@ -36,9 +36,9 @@ def gang_spec(nodes: int = 2, **resources: object) -> dict[str, object]:
     }
 
 
-def new_job(nodes: int = 2) -> str:
+def new_job(nodes: int = 2, priority: int = 50) -> str:
     with session_scope() as session:
-        spec = JobSpec.model_validate(gang_spec(nodes))
+        spec = JobSpec.model_validate({**gang_spec(nodes), "priority": priority})
         return crud.create_job(session, spec, "gpus-0").id
 
 
@@ -239,3 +239,74 @@ def test_an_ended_gangs_seats_go(_ended: str) -> None:
     with session_scope() as session:
         assert gang.dissolve_stale(session, get_settings()) == []  # nothing to wake
     assert seats(_ended) == [] and busy_with("w2") is None
+
+
+def preempt_round() -> int:
+    with session_scope() as session:
+        return preempt.preempt_round(session, get_settings())
+
+
+def run_on(worker: str, priority: int) -> str:
+    """A one-node job claimed by `worker`, which is marked busy with it."""
+    job_id = new_job(nodes=1, priority=priority)
+    claimed = claim(worker)
+    assert isinstance(claimed, Job) and claimed.id == job_id
+    with session_scope() as session:
+        session.execute(update(Worker).where(Worker.name == worker).values(current_job_id=job_id))
+    return job_id
+
+
+def stopped(job_id: str) -> None:
+    """Its supervisor re-queued it after the preemption stop, and its workers are free."""
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        assert job is not None and preempt.requeue(session, job, "stopped after epoch 1")
+        gang.release(session, job_id, [s.worker for s in gang.seats_of(session, job_id)])
+        session.execute(
+            update(Worker).where(Worker.current_job_id == job_id).values(current_job_id=None)
+        )
+
+
+def test_a_running_gang_stops_whole_for_a_job_far_above_it_and_forms_again(
+    db_env: dict[str, str],
+) -> None:
+    low = new_job(priority=10)
+    for name in ("w1", "w2"):
+        add_worker(name)
+    claim("w1")
+    claim("w2")
+    with session_scope() as session:  # a worker's gpus count once per seat
+        assert [r.gpus for r in preempt.running_jobs(session)] == [(0, 0)]
+    high = new_job(nodes=1, priority=90)
+    assert preempt_round() == 1 and preempt_round() == 0  # asked once
+    assert job_of(low).preempted_by == high
+    stopped(low)
+    assert seats(low) == [] and busy_with("w2") is None
+    first = claim("w1")
+    assert isinstance(first, Job) and first.id == high
+    with session_scope() as session:
+        crud.finish_job(session, high, 1, JobStatus.succeeded, stop_reason="completed", reason="ok")
+    assert claim("w1") == Seat(low, 0, 2) and claim("w2") == Seat(low, 1, 2)
+    job = job_of(low)
+    assert (job.status, job.attempt, job.preempted_by) == (JobStatus.running, 1, None)
+
+
+def test_a_queued_gang_stops_just_enough_low_jobs_and_their_workers_wait_for_it(
+    db_env: dict[str, str],
+) -> None:
+    for name in ("w1", "w2", "w3", "w4"):
+        add_worker(name)
+    low, later, middle = run_on("w2", 10), run_on("w3", 10), run_on("w4", 75)
+    big = new_job(nodes=4, priority=90)  # 1 free of 4: nothing it could free would do
+    assert preempt_round() == 0
+    with session_scope() as session:
+        session.execute(update(Job).where(Job.id == big).values(nodes=3))
+    assert preempt_round() == 2 and preempt_round() == 0  # lacks 2: the two lowest
+    asked = {j: job_of(j).preempted_by for j in (low, later, middle)}
+    assert asked == {low: big, later: big, middle: None}
+    stopped(later)
+    assert claim("w3") is None  # not its own job back: the gang's victims are stopping
+    stopped(low)
+    assert claim("w3") == Seat(big, 0, 3)
+    assert claim("w2") == Seat(big, 1, 3) and claim("w1") == Seat(big, 2, 3)
+    assert job_of(big).status == JobStatus.running

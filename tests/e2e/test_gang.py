@@ -308,3 +308,57 @@ def test_two_workers_on_one_shared_artifacts_directory_train_a_gang_in_one_folde
     assert "gang node 1 of 2" in node_1.log.read_text()
     kept = sorted(p.name for p in rank_0.checkpoints.iterdir())  # rank 0's, nothing copied in
     assert kept == [f"epoch-{epochs - 1:04d}", f"epoch-{epochs:04d}", "latest"], kept
+
+
+# A few tenths of a second an epoch for two gloo nodes on two cores: caught mid-run (the
+# preemption lands within about two maintenance rounds and a lease renewal), short overall.
+PREEMPTIBLE: dict[str, Any] = {
+    **SPEC,
+    "dataset": {"name": "synthetic", "samples": 2000, "features": 32},
+    "model": {"hidden_units": [64]},
+    "training": {"epochs": 12, "batch_size": 16, "seed": 11},
+    "resources": {"nodes": 2},
+    "priority": 10,
+}
+
+
+def test_a_gang_far_below_a_queued_job_stops_whole_at_its_epoch_and_resumes_as_a_gang(
+    service: Service,
+    client: httpx.Client,
+    start_worker: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    """Both workers hold the gang: a priority-90 job preempts it, both nodes stop at the epoch
+    (no member lost), the high job runs, and the gang re-forms and resumes from its checkpoint
+    under the same attempt (on one shared artifacts directory, where node 1's log is at hand)."""
+    shared = tmp_path / "shared"
+    for name in ("x", "y"):
+        start_worker(name, tmp_path / name, EPOCHAL_ARTIFACTS_DIR=str(shared))
+    wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
+    response = client.post("/v1/jobs", json=PREEMPTIBLE)
+    assert response.status_code == 201, response.text
+    gang = response.json()["id"]
+    started = lambda: client.get(f"/v1/jobs/{gang}").json()["current_epoch"] >= 1  # noqa: E731
+    wait_until(started, 120, "the gang's first epoch")
+    high_body = {**SPEC, "training": {**SPEC["training"], "epochs": 2}, "priority": 90}
+    high = client.post("/v1/jobs", json=high_body).json()["id"]
+    terminal = {"succeeded", "failed", "cancelled"}
+    high_done, done = (wait_for_status(client, i, terminal, 300) for i in (high, gang))
+    assert (high_done["status"], done["status"]) == ("succeeded", "succeeded"), done["error"]
+    moves = done["transitions"]
+    preempted = [t for t in moves if t["reason"].startswith("preempted")]
+    assert len(preempted) == 1 and preempted[0]["to_status"] == "queued", moves
+    assert high in preempted[0]["reason"]
+    assert not any("worker_lost" in t["reason"] for t in moves), moves
+    resumed = next(t for t in moves if t["to_status"] == "running" and t["at"] > preempted[0]["at"])
+    high_start = next(t["at"] for t in high_done["transitions"] if t["to_status"] == "running")
+    assert high_start < resumed["at"]  # the high job ran in between
+    assert done["attempt"] == 1 and {t["attempt"] for t in moves[1:]} == {1}, moves
+    epochs = PREEMPTIBLE["training"]["epochs"]
+    rows = metric_attempts(service, gang)
+    assert rows == [(epoch, done["attempt"]) for epoch in range(1, epochs + 1)]
+    node_1 = JobFiles.of(shared, gang, member=1).log.read_text()
+    assert node_1.count("ended: exit code 0") == 2, node_1  # both of its runs ended cleanly
+    wait_until(
+        lambda: not any(w["busy"] for w in live_workers(client)), 30, "both workers to be free"
+    )

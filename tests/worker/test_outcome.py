@@ -1,17 +1,21 @@
 """Exceptions in the training child map to failure codes; the codes decide retries; an early
-stop ends an attempt the same way whichever side finds out; the hand-over message round-trips."""
+stop ends an attempt the same way whichever side finds out; the hand-over message round-trips;
+a gang node's agreed stop is a clean end."""
 
 from __future__ import annotations
 
 import errno
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from app.domain.states import StopReason
+from app.core.config import get_settings
+from app.domain.states import ErrorCode, StopReason
 from worker.child.launch import classify
 from worker.child.sinks import LostOwnership
-from worker.protocol import STOPPED, Assignment, JobConfigError, Outcome
+from worker.protocol import STOPPED, Assignment, GangNode, JobConfigError, Outcome
+from worker.supervisor.gang import Formed, settle
 
 
 @pytest.mark.parametrize(
@@ -61,3 +65,21 @@ def test_the_assignment_is_one_line_that_reads_back() -> None:
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert Assignment.decode(line) == sent
     assert Assignment.decode(line.decode()) == sent  # as the child reads it from stdin
+
+
+def test_a_gang_nodes_agreed_stop_is_a_clean_end_that_rank_0_keeps() -> None:
+    """A gang's other nodes report by exit code: an agreed preemption or shutdown stop is clean
+    (their seat ends done), and rank 0 keeps it even when a member's end looks like a loss."""
+    clean = {reason: Outcome.stopped(reason, "stopped").clean for reason in STOPPED}
+    assert {reason for reason, yes in clean.items() if yes} == {
+        StopReason.cancelled,
+        StopReason.shutdown,
+        StopReason.preempted,
+    }
+    node = GangNode(0, 2, "tcp://127.0.0.1:1", ("127.0.0.1:1", "127.0.0.1:2"))
+    formed = Formed("job", 1, {}, datetime.now(UTC), node, "w1")
+    stop = Outcome.stopped(StopReason.preempted, "stopped after epoch 3 of 12")
+    assert settle(get_settings(), formed, stop, "node 1 (w2) lost its training process") is stop
+    broke = Outcome.failure(ErrorCode.internal_error, "gloo: connection closed")
+    lost = settle(get_settings(), formed, broke, "node 1 (w2) lost its training process")
+    assert lost.error_code == ErrorCode.worker_lost

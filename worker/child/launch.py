@@ -31,7 +31,7 @@ from app.core.config import get_settings
 from app.core.db import get_engine
 from app.core.log_setup import configure_logging
 from app.domain.job_files import JobFiles
-from app.domain.states import ErrorCode, JobStatus, StopReason
+from app.domain.states import ErrorCode, StopReason
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from worker.priority import idle_while_waiting
 from worker.protocol import (
@@ -271,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     if placement.is_main:
         write_outcome(files, args.attempt, outcome)
     log.info("attempt %s ended: %s (%s)", args.attempt, outcome.status, outcome.stop_reason)
-    return 0 if outcome.status != JobStatus.failed else 1
+    # A gang's other nodes report by exit code alone (worker.supervisor.gang.end_seat): a
+    # preemption or shutdown stop every node agreed on is a clean end there, not a lost node.
+    return 0 if outcome.clean else 1
 
 
 def exit_now(code: int) -> None:

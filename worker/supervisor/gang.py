@@ -30,7 +30,7 @@ from app.scheduler.gang import Rendezvous, Seat
 from app.schemas.api import StepProgress
 from app.services.dispatch import wake
 from app.services.queue import send_train
-from worker.protocol import RETRYABLE, GangNode, Outcome
+from worker.protocol import AGREED_STOPS, RETRYABLE, GangNode, Outcome
 from worker.supervisor import gang_address, shutdown
 from worker.supervisor.lease import LeaseKeeper
 
@@ -188,8 +188,9 @@ def node_env(formed: Formed | None) -> dict[str, str]:
 
 def settle(settings: Settings, formed: Formed, outcome: Outcome, broken: str | None) -> Outcome:
     """Rank 0's outcome: a failure while a member was lost is the gang's loss (worker_lost,
-    retried). A member's own end may come moments after ours (the broken collective reached
-    us first), so a failure waits, renewing the job's lease, until every member has told how
+    retried), unless the nodes had agreed to stop (a preemption, a shutdown: re-queued as
+    that). A member's own end may come moments after ours (the broken collective reached us
+    first), so such an end waits, renewing the job's lease, until every member has told how
     it ended or one's seat lapsed (a lease at most)."""
     if outcome.status != JobStatus.failed or outcome.error_code not in COLLECTIVE_FAILURES:
         return outcome
@@ -202,8 +203,8 @@ def settle(settings: Settings, formed: Formed, outcome: Outcome, broken: str | N
             if all(s.state != gang.SEATED for s in seats if s.worker != formed.worker):
                 break
         time.sleep(POLL_SECONDS)
-    if broken is None:
-        return outcome
+    if broken is None or outcome.error_code in AGREED_STOPS:  # every node agreed to stop
+        return outcome  # there, after rank 0's checkpoint: a member's end cannot undo that
     return Outcome.failure(
         ErrorCode.worker_lost, f"the gang lost a member: {broken} ({outcome.error})"
     )
