@@ -139,15 +139,9 @@ def start_child(
     seconds: float,
     formed: gang.Formed | None = None,
 ) -> Attempt:
-    # The workers may share one artifacts directory: each node of a gang writes, clears and
-    # logs to files of its own (JobFiles.own, member_log), never rank 0's.
+    """The attempt's training process: a warm child taken over, or a cold one started."""
     member = gang.member_of(formed)
-    files = JobFiles.of(settings.resolved_artifacts_dir, job_id, member)
-    files.own.mkdir(parents=True, exist_ok=True)
-    write_whole(files.spec, spec.model_dump_json())
-    stale_files = (files.outcome(attempt), files.stop_request(attempt), files.progress(attempt))
-    for stale in stale_files:  # a preempted attempt
-        stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
+    files = _fresh_files(settings, job_id, attempt, spec, member)
     # Another node's lines go to the database too, from this attempt on: the API reads those.
     log_path = files.log
     shipper = LogShipper(job_id, member, log_path) if member else None
@@ -173,6 +167,21 @@ def start_child(
     return Attempt(
         job_id, attempt, files.root, now + seconds, process, now, formed=formed, shipper=shipper
     )
+
+
+def _fresh_files(
+    settings: Settings, job_id: str, attempt: int, spec: JobSpec, member: int
+) -> JobFiles:
+    """This node's files for the attempt: its spec written, its last run's control files gone."""
+    # The workers may share one artifacts directory: each node of a gang writes, clears and
+    # logs to files of its own (JobFiles.own, member_log), never rank 0's.
+    files = JobFiles.of(settings.resolved_artifacts_dir, job_id, member)
+    files.own.mkdir(parents=True, exist_ok=True)
+    write_whole(files.spec, spec.model_dump_json())
+    stale_files = (files.outcome(attempt), files.stop_request(attempt), files.progress(attempt))
+    for stale in stale_files:  # a preempted attempt
+        stale.unlink(missing_ok=True)  # resumes under its number: its old files must not count
+    return files
 
 
 def _log_start(
