@@ -40,9 +40,19 @@ def test_the_budget_is_the_setting_or_the_cpus_less_the_services_share(
     monkeypatch.setattr(threads, "cpu_quota", lambda *_: None)
     assert cpu_budget(Settings()) == 4 - SERVICE_CPUS
     monkeypatch.setattr(threads, "cpu_quota", lambda *_: 2)  # a container's `cpus: 2`
-    assert cpu_budget(Settings()) == 2 - SERVICE_CPUS
+    assert cpu_budget(Settings()) == 2  # a small box: a reserved core would be half of it
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0})
     assert cpu_budget(Settings()) == 1  # never none
+
+
+def test_the_next_import_waits_unless_the_job_leaves_a_cpu_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    assert not threads.spare_cpu(spec(), Threads(2, 1))
+    assert threads.spare_cpu(spec(), Threads(1, 1))
+    assert not threads.spare_cpu(spec(replicas=2), Threads(1, 1))  # two DDP ranks, a core each
+    assert threads.spare_cpu(spec("tensorflow", replicas=2), Threads(1, 3))  # one process
 
 
 @pytest.mark.parametrize(
@@ -161,3 +171,38 @@ def test_the_training_child_runs_on_the_chosen_threads(
     finally:
         POOL.close()
     assert (result["intra_op_threads"], result["inter_op_threads"]) == expected
+
+
+@pytest.mark.parametrize(("cpus", "during"), [(1, False), (2, True)], ids=["every-core", "spare"])
+def test_the_next_warm_child_starts_beside_the_job_only_on_a_spare_cpu(
+    sqlite_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, cpus: int, during: bool
+) -> None:
+    """A real job on one thread: with one usable CPU the next child starts once it has ended;
+    with two it starts beside it (and the refill at the end finds it there)."""
+    from worker.supervisor import runner
+    from worker.supervisor.standby import POOL
+
+    monkeypatch.setenv("EPOCHAL_WORKER_CPUS", "1")
+    monkeypatch.setenv("EPOCHAL_WARM_FRAMEWORKS", "pytorch")
+    get_settings.cache_clear()
+    monkeypatch.setattr(threads, "usable_cpus", lambda: cpus)
+    events: list[str] = []
+    warm_up, record_end = runner.warm_up, runner.record_end
+
+    def warm_up_seen(*args: Any) -> None:
+        events.append("warm_up")
+        warm_up(*args)
+
+    def record_end_seen(*args: Any) -> None:
+        events.append("record_end")
+        record_end(*args)
+
+    monkeypatch.setattr(runner, "warm_up", warm_up_seen)
+    monkeypatch.setattr(runner, "record_end", record_end_seen)
+    try:
+        run_to_end(get_settings(), spec())
+        assert "pytorch" in POOL._waiting  # the next job starts warm either way
+    finally:
+        POOL.close()
+    started_beside = events.index("warm_up") < events.index("record_end")
+    assert started_beside == during, events

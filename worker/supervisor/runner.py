@@ -38,13 +38,13 @@ from worker.protocol import (
     request_stop,
 )
 from worker.supervisor import gang, shutdown, wakeup
-from worker.supervisor.attempt import Attempt, note, signal_group
+from worker.supervisor.attempt import Attempt, note, signal_group, wait_exit
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record, record_end
 from worker.supervisor.lease import LeaseKeeper
 from worker.supervisor.log_shipper import LogShipper
 from worker.supervisor.standby import POOL, warm_up
-from worker.supervisor.threads import cpu_budget, threads_for
+from worker.supervisor.threads import cpu_budget, spare_cpu, threads_for
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
@@ -150,8 +150,10 @@ def start_child(
     # A gang's node is started cold: its environment names its rank and the rendezvous.
     process = None if formed else POOL.assign(spec.framework, job_id, attempt, threads)
     # The next child of this kind imports its framework while this one trains, so a job that
-    # comes right after this one ends (a sweep's next trial) starts warm too.
-    warm_up(settings, [spec.framework])
+    # comes right after this one ends (a sweep's next trial) starts warm too; on a box whose
+    # every core trains, it starts when this job ends instead (worker.supervisor.threads).
+    if spare_cpu(spec, threads):
+        warm_up(settings, [spec.framework])
     if process is None:
         with log_path.open("ab") as log_file:  # the child keeps its own copy of the fd
             process = subprocess.Popen(
@@ -233,10 +235,7 @@ def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
             _request_stop(run, StopReason.shutdown)
         _escalate(settings, run, now)
         run.memory.sample(run.process.pid)
-        try:  # wakes as soon as the child exits, not at the next poll
-            run.process.wait(timeout=POLL_SECONDS)
-        except subprocess.TimeoutExpired:
-            pass
+        wait_exit(run.process, POLL_SECONDS)  # wakes as soon as the child exits
 
 
 def _still_ours(run: Attempt, lease: LeaseKeeper, now: float) -> bool:

@@ -5,10 +5,18 @@ threads wait for each other at every operation, so when anything else on the box
 (the API answering a poll, the supervisor, the next warm child's import) every thread of the
 step waits for the one that lost it (BENCHMARKS.md, "Threads chosen, not defaulted"). So the
 worker has a CPU budget: EPOCHAL_WORKER_CPUS, by default the CPUs it may run on (its affinity
-mask, or its cgroup's CPU quota when that is smaller: a container's `cpus:`) less one for the
-service's own processes. A job trains on all of it, or on `resources.cpu_threads` if
-that is lower (a higher value gets the budget: the API cannot know which worker takes the
-job); DDP ranks split it. The warm child that takes a job gets the same count as a cold one.
+mask, or its cgroup's CPU quota when that is smaller: a container's `cpus:`), less one for the
+service's own processes on a box of RESERVE_FROM_CPUS or more. A job trains on all of it, or on
+`resources.cpu_threads` if that is lower (a higher value gets the budget: the API cannot know
+which worker takes the job); DDP ranks split it. The warm child that takes a job gets the same
+count as a cold one.
+
+The service's own work is mostly the next warm child's import (seconds of CPU); the API's and
+the supervisor's are bursts of milliseconds. A core kept for it is a quarter of a 4-core box but
+half of a 2-core one, where a job on every core trains up to twice as fast. So on a small box
+the job gets every core and the next warm child starts when the job ends (spare_cpu), not beside
+it: an import on the one other core stalls a two-thread job even at idle priority, since its
+threads wake into caches the import has taken (BENCHMARKS.md, "Threads chosen, not defaulted").
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ from app.schemas.job_spec import JobSpec
 from worker.protocol import Threads
 
 # The API, the Celery process with its supervisor, and the next warm child's import: together
-# about one core's worth of work beside a training job, mostly in bursts.
+# about one core's worth of work beside a training job, mostly in bursts. It is kept for them
+# only where it is at most a quarter of the box.
 SERVICE_CPUS = 1
+RESERVE_FROM_CPUS = 4
 CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -31,9 +41,21 @@ def cpu_budget(settings: Settings) -> int:
     """How many CPU threads this worker's training processes may keep busy, together."""
     if settings.worker_cpus is not None:
         return settings.worker_cpus
+    cpus = usable_cpus()
+    return max(1, cpus - SERVICE_CPUS) if cpus >= RESERVE_FROM_CPUS else cpus
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask, capped by its cgroup's quota."""
     cpus = len(os.sched_getaffinity(0))
     quota = cpu_quota(CGROUP, Path("/proc/self/cgroup"))
-    return max(1, min(cpus, quota or cpus) - SERVICE_CPUS)
+    return min(cpus, quota or cpus)
+
+
+def spare_cpu(spec: JobSpec, threads: Threads) -> bool:
+    """Whether the job's training threads leave a CPU free for the next warm child's import."""
+    processes = spec.resources.replica_count if spec.framework == "pytorch" else 1
+    return threads.intra * processes < usable_cpus()
 
 
 def cpu_quota(root: Path, membership: Path) -> int | None:

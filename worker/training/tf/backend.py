@@ -34,6 +34,9 @@ from worker.training.tf.strategy import distribute_epoch, make_strategy, thread_
 CHUNK_STEPS = 64
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 EVAL_BATCH = 8192
+# A checkpoint's arrays: the model's weights (w0...), optimizer slots and seeds (v0...).
+CHECKPOINT_FILE = "state.npz"
+LEGACY_WEIGHTS = "model.weights.h5"
 
 
 class TFBackend:
@@ -267,15 +270,22 @@ class TFBackend:
         return [*self.optimizer.variables, *seeds]
 
     def save_checkpoint(self, directory: Path) -> None:
-        self.model.save_weights(directory / "model.weights.h5")
+        """Weights and state as arrays in one file: Keras' .weights.h5 writer costs ~9x
+        as much for a small model, paid every epoch (BENCHMARKS.md, issue 28)."""
+        weights = {f"w{i}": np.asarray(w.numpy()) for i, w in enumerate(self.model.weights)}
         state = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(self._extra_state())}
-        np.savez(directory / "state.npz", **state)  # type: ignore[arg-type]
+        np.savez(directory / CHECKPOINT_FILE, **weights, **state)  # type: ignore[arg-type]
 
     def load_checkpoint(self, directory: Path) -> None:
-        self.model.load_weights(directory / "model.weights.h5")
-        with np.load(directory / "state.npz", allow_pickle=False) as state:
+        legacy = directory / LEGACY_WEIGHTS  # a checkpoint from before the one-file layout
+        if legacy.exists():
+            self.model.load_weights(legacy)
+        with np.load(directory / CHECKPOINT_FILE, allow_pickle=False) as saved:
+            if not legacy.exists():
+                for i, weight in enumerate(self.model.weights):
+                    weight.assign(saved[f"w{i}"])
             for i, variable in enumerate(self._extra_state()):
-                variable.assign(state[f"v{i}"])
+                variable.assign(saved[f"v{i}"])
 
     def export_model(self, directory: Path) -> Path:
         path = directory / MODEL_FILES["tensorflow"]
