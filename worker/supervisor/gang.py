@@ -194,7 +194,9 @@ def settle(settings: Settings, formed: Formed, outcome: Outcome, broken: str | N
     it ended or one's seat lapsed (a lease at most)."""
     if outcome.status != JobStatus.failed or outcome.error_code not in COLLECTIVE_FAILURES:
         return outcome
-    deadline = time.monotonic() + settings.lease_seconds
+    # A seat renewed just before its worker died lapses a lease after that renewal: a lease
+    # from now, give or take a renewal's round trip, so wait a heartbeat more than that.
+    deadline = time.monotonic() + settings.lease_seconds + settings.heartbeat_seconds
     while broken is None and time.monotonic() < deadline:
         with session_scope() as session:
             crud.renew_lease(session, formed.job_id, formed.attempt, settings.lease_seconds)
