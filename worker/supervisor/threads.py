@@ -13,10 +13,10 @@ count as a cold one.
 
 The service's own work is mostly the next warm child's import (seconds of CPU); the API's and
 the supervisor's are bursts of milliseconds. A core kept for it is a quarter of a 4-core box but
-half of a 2-core one, where a job on every core trains up to twice as fast. So on a small box
-the job gets every core and the next warm child starts when the job ends (spare_cpu), not beside
-it: an import on the one other core stalls a two-thread job even at idle priority, since its
-threads wake into caches the import has taken (BENCHMARKS.md, "Threads chosen, not defaulted").
+half of a 2-core one. So on a small box the job gets every core and the next warm child starts
+when the job ends (spare_cpu), not beside it: an import beside a job on both cores of a 2-core
+box roughly doubled its training time, even at idle priority (BENCHMARKS.md, "Every core on a
+small box, the next import after the job").
 """
 
 from __future__ import annotations
