@@ -1,7 +1,8 @@
 """A warm training child imports its framework at idle CPU priority, and trains at normal one.
 
-The next warm child starts when a job's child starts (worker.supervisor.standby), so its ~5 s
-of imports run beside the job's first epochs. On a CPU box the job's PyTorch (OpenMP) threads
+The next warm child starts when a job's child starts if the job leaves a CPU free
+(worker.supervisor.standby, threads.spare_cpu), so its ~5 s of imports run beside the job's
+first epochs. On a CPU box the job's PyTorch (OpenMP) threads
 then share the cores with it, and a thread that loses its core stalls the others at every
 step. Under SCHED_IDLE the import only takes CPU nothing else wants: a small digits job on two
 cores fitted in 1.9 s instead of 3.1 s (BENCHMARKS.md, "The warm child's import beside a

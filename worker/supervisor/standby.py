@@ -5,8 +5,10 @@ TensorFlow strategies and CUDA state die with it, P12-P16), but importing the fr
 ~1 s for PyTorch and ~3 s for TensorFlow before the first step. So when a job's child starts
 (and when the pool process starts) the supervisor starts the *next* child at once: it imports
 its framework while the job trains and waits on stdin for one assignment, so a job that comes
-right after another ends (a sweep's next trial) does not wait for the import either. Each job
-still gets a fresh process of its own. Set EPOCHAL_WARM_FRAMEWORKS="" to turn this off.
+right after another ends (a sweep's next trial) does not wait for the import either. Where the
+job trains on every CPU, the next child starts when the job ends instead
+(worker.supervisor.threads.spare_cpu). Each job still gets a fresh process of its own.
+Set EPOCHAL_WARM_FRAMEWORKS="" to turn this off.
 """
 
 from __future__ import annotations

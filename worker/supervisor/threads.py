@@ -54,8 +54,12 @@ def usable_cpus() -> int:
 
 def spare_cpu(spec: JobSpec, threads: Threads) -> bool:
     """Whether the job's training threads leave a CPU free for the next warm child's import."""
-    processes = spec.resources.replica_count if spec.framework == "pytorch" else 1
-    return threads.intra * processes < usable_cpus()
+    return threads.intra * training_processes(spec) < usable_cpus()
+
+
+def training_processes(spec: JobSpec) -> int:
+    """PyTorch runs a process per DDP rank; TensorFlow holds every replica in one process."""
+    return spec.resources.replica_count if spec.framework == "pytorch" else 1
 
 
 def cpu_quota(root: Path, membership: Path) -> int | None:
@@ -92,7 +96,6 @@ def threads_for(spec: JobSpec, budget: int) -> Threads:
     each other in their collectives and each needs a thread to get there.
     """
     wanted = min(budget, spec.resources.cpu_threads or budget)
-    replicas = spec.resources.replica_count
     if spec.framework == "pytorch":
-        return Threads(intra=max(1, wanted // replicas), inter=1)
-    return Threads(intra=wanted, inter=replicas + 1)
+        return Threads(intra=max(1, wanted // training_processes(spec)), inter=1)
+    return Threads(intra=wanted, inter=spec.resources.replica_count + 1)

@@ -10,6 +10,7 @@ import pytest
 
 from tests.worker.training.inprocess import backend_for, make_spec
 from worker.training.callbacks import TrainState
+from worker.training.tf.backend import CHECKPOINT_FILE, LEGACY_WEIGHTS
 
 pytestmark = pytest.mark.tf
 
@@ -28,10 +29,10 @@ def arrays(backend: object) -> list[np.ndarray]:
 
 
 def write_legacy(backend: object, directory: Path) -> None:
-    backend.model.save_weights(directory / "model.weights.h5")  # type: ignore[attr-defined]
-    with np.load(directory / "state.npz") as saved:
+    backend.model.save_weights(directory / LEGACY_WEIGHTS)  # type: ignore[attr-defined]
+    with np.load(directory / CHECKPOINT_FILE) as saved:
         state = {name: saved[name] for name in saved.files if name.startswith("v")}
-    np.savez(directory / "state.npz", **state)  # type: ignore[arg-type]
+    np.savez(directory / CHECKPOINT_FILE, **state)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("layout", ["one-file", "legacy"])
@@ -42,7 +43,7 @@ def test_a_checkpoint_restores_every_variable(tmp_path: Path, layout: str) -> No
         if layout == "legacy":  # what the back-end wrote before: Keras' weights file, and
             write_legacy(trained, tmp_path)  # the state file without the weights
         saved = arrays(trained)
-    expected = {"state.npz"} | ({"model.weights.h5"} if layout == "legacy" else set())
+    expected = {CHECKPOINT_FILE} | ({LEGACY_WEIGHTS} if layout == "legacy" else set())
     assert {path.name for path in tmp_path.iterdir()} == expected
     with backend_for(SPEC) as fresh:
         before = arrays(fresh)
