@@ -53,6 +53,9 @@ def create_app() -> FastAPI:
         version="1",
         description="Submit typed training jobs; a GPU worker trains them; poll per-epoch metrics.",
         lifespan=lifespan,
+        # The service's telemetry is its own (Prometheus series, the access log): FastAPI's
+        # native OpenTelemetry would look up three global providers on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     errors.install(app)
     app.add_middleware(PolledFastPath)  # innermost: behind the URL, size and logging layers

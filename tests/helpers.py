@@ -287,12 +287,12 @@ class Service:
     def start_api(self, workers: int = 1) -> None:
         port = self.url.rsplit(":", 1)[1]
         argv = [*self.command, "api", "--port", port, "--workers", str(workers)]
-        self._spawn("api", argv)
-        wait_until(lambda: _ok(self.url + "/healthz"), 30, "the API to answer /healthz")
+        self.spawn("api", argv)
+        wait_until(lambda: answers(self.url + "/healthz"), 30, "the API to answer /healthz")
 
     def start_worker(self, name: str = "worker", extra_env: dict[str, str] | None = None) -> None:
         node = f"{name}-{os.getpid()}@%h"
-        self._spawn(name, [*self.command, "worker", "--name", node], extra_env)
+        self.spawn(name, [*self.command, "worker", "--name", node], extra_env)
 
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         proc = self.processes.pop(name, None)
@@ -312,7 +312,8 @@ class Service:
         for name in list(self.processes):
             self.stop(name)
 
-    def _spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
+    def spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
+        """Start `argv` as process `name` in its own session, its output in test-artifacts."""
         self.logs.mkdir(exist_ok=True)
         log = open(self.logs / f"{Path(self.env['EPOCHAL_HOME']).parent.name}-{name}.log", "ab")  # noqa: SIM115
         env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
@@ -326,7 +327,8 @@ class Service:
         )
 
 
-def _ok(url: str) -> bool:
+def answers(url: str) -> bool:
+    """Whether a GET of `url` answers 200 now."""
     try:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:

@@ -1,9 +1,10 @@
 """The routes polled most, a job's metrics, a job list and one job: what they answer, and a fast
 path that answers a plainly valid request without FastAPI's routing, dependencies and parameter
-validation (~0.3 ms of CPU per request on a 2-core box, more than the query itself).
+validation, which cost more CPU than the query itself (BENCHMARKS.md, "polling").
 
-The fast path answers only the success case: a GET with a key already in the cache, parameters
-that are plain digits or known names, and a job the key may see. Anything else (no key, a bad
+The fast path answers only the success case: a GET with a key this process has read before
+(app.domain.keys caches its row for a second, then it is read again here), parameters that
+are plain digits or known names, and a job the key may see. Anything else (no key, a bad
 or percent-encoded parameter, a cursor this API did not make, a job that is not there) goes on
 to the FastAPI route, which answers with the status and error shape it always has; a database
 that cannot serve the read gets the route's 503 (app.api.errors). The metrics and list routes
@@ -22,7 +23,7 @@ import orjson
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.deps import may_see, owner_filter, with_session
+from app.api.deps import key_row, may_see, owner_filter, with_session
 from app.api.errors import database_unavailable, unavailable
 from app.api.responses import FastJSON
 from app.core.async_db import fetch
@@ -140,7 +141,7 @@ class PolledFastPath:
     async def _answer(self, scope: Scope) -> dict[str, Any] | None:
         found = _route(scope["path"])
         query = _plain_query(scope["query_string"]) if found is not None else None
-        key = _cached_caller(scope["headers"]) if query is not None else None
+        key = await _caller(scope["headers"]) if query is not None else None
         if found is None or key is None or query is None:
             return None
         template, job_id = found
@@ -192,15 +193,19 @@ def _plain_query(raw: bytes) -> dict[str, str] | None:
     return params
 
 
-def _cached_caller(headers: list[tuple[bytes, bytes]]) -> Caller | None:
-    """The caller when its key is live in the cache (a miss goes the route's way, which reads
-    the key and fills the cache)."""
+async def _caller(headers: list[tuple[bytes, bytes]]) -> Caller | None:
+    """The caller when its key is one this process has seen: from the cache, or read again on
+    the loop once its cached row is older than the cache keeps it (a poller's key, every
+    second). A key never seen goes the route's way, which reads it, fills the cache and
+    answers the 401s."""
     value = next((v for k, v in headers if k == b"authorization"), None)
     if value is None or not value.startswith(b"Bearer "):
         return None
     parts = split(value[7:].decode("latin-1"))
-    row = KEYS.get(parts[0]) if parts is not None else None
-    return row.check(*parts) if row is not None and parts is not None else None
+    if parts is None or not KEYS.known(parts[0]):
+        return None
+    row = await key_row(parts[0])
+    return row.check(*parts) if row is not None else None
 
 
 def _bounded(value: str | None, default: int, bounds: tuple[int, int]) -> int | None:

@@ -69,7 +69,8 @@ class KeyCache:
 
     def store(self, key_id: str, found: Sequence[Any] | None) -> KeyRow | None:
         """Remember the key's row as KEY_ROW read it (None: there is no such key)."""
-        if found is None:
+        if found is None:  # gone since: its old row must not vouch for it
+            self.forget(key_id)
             return None
         expires = time.monotonic() + self.seconds
         row = KeyRow(found[0], bool(found[1]), found[2] is not None, expires)
@@ -77,6 +78,10 @@ class KeyCache:
             self._rows.clear()
         self._rows[key_id] = row
         return row
+
+    def known(self, key_id: str) -> bool:
+        """Whether the key has a row here, live or out of date."""
+        return key_id in self._rows
 
     def forget(self, key_id: str) -> None:
         self._rows.pop(key_id, None)

@@ -78,6 +78,13 @@ def bench_polling(report: Report, quick: bool, kinds: tuple[str, ...] = KINDS) -
         ratio = routed["api_cpu_us_per_request"] / max(fast["api_cpu_us_per_request"], 1e-9)
         note = "GET /v1/jobs/{id}: API CPU through the FastAPI route / on the fast path, same run"
         report.add(f"job_read_route_over_fast_cpu{tag}", ratio, "x", note)
+        if "floor" in results:  # PostgreSQL only
+            floor = results["floor"]["api_cpu_us_per_request"]
+            note = "uvicorn + one asyncpg read a GET and nothing else, 100 clients x 1/s, same run"
+            report.add(f"api_cpu_us_per_floor{tag}", floor, "us", note)
+            ratio = fast["api_cpu_us_per_request"] / max(floor, 1e-9)
+            note = "GET /v1/jobs/{id} on the fast path / the floor: the service's own share"
+            report.add(f"job_read_over_floor_cpu{tag}", ratio, "x", note)
 
 
 # The load phase whose API CPU is charged to each route.

@@ -10,12 +10,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.service.cpu import group_cpu_seconds
 from benchmarks.service.seed import insert_jobs, insert_metrics, insert_transitions
 from benchmarks.service.stack import engine_for, running
-from tests.helpers import VIA_ROUTE, Service
+from tests.helpers import VIA_ROUTE, Service, answers, free_port, wait_until
 
 READ_JOBS = 200  # the finished jobs GET /v1/jobs/{id} reads, each with its transitions
 
@@ -104,4 +106,23 @@ def run_polling(
         results["job_read"] = load(service, one_job, clients // 2, 1.0, seconds / 2)
         routed = [f"{path}?{VIA_ROUTE}" for path in one_job]  # the FastAPI route, as before
         results["job_read_route"] = load(service, routed, clients // 2, 1.0, seconds / 2)
+    if "EPOCHAL_DATABASE_URL" in env:  # the floor reads with asyncpg: PostgreSQL only
+        with floor(env, api_workers) as service:
+            load(service, one_job[:50], 10, 0, 2)
+            results["floor"] = load(service, one_job, clients // 2, 1.0, seconds / 2)
     return results
+
+
+@contextmanager
+def floor(env: dict[str, str], api_workers: int) -> Iterator[Service]:
+    """benchmarks.service.floor_app served as the API is (uvicorn, the same worker count)."""
+    service = Service(env, f"http://127.0.0.1:{free_port()}")
+    port = service.url.rsplit(":", 1)[1]
+    argv = [sys.executable, "-m", "uvicorn", "benchmarks.service.floor_app:app", "--port", port]
+    argv += ["--workers", str(api_workers), "--lifespan", "off", "--no-access-log"]
+    try:
+        service.spawn("api", argv)  # named as the API is: load() charges that process group
+        wait_until(lambda: answers(service.url + "/"), 30, "the floor app to answer")
+        yield service
+    finally:
+        service.stop_all()

@@ -8,9 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
+from app.domain.keys import KEYS
+from app.domain.tables import ApiKey, utcnow
 from tests.conftest import make_key
 from tests.helpers import VIA_ROUTE
 
@@ -115,6 +118,25 @@ def test_keys_are_checked_as_the_route_checks_them(
         response = client.get(f"/v1/jobs/{job}/metrics", headers=headers)
         assert response.status_code == 401 and response.headers["WWW-Authenticate"] == "Bearer"
     assert answered == [False, False, False]
+
+
+def test_a_key_whose_cached_row_is_out_of_date_is_read_again_here(
+    client: TestClient, answered: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(KEYS, "seconds", 0.0)  # every row is out of date as soon as it is read
+    job = client.post("/v1/jobs", json=BODY).json()["id"]
+    for _ in range(3):  # a poller's key, a second after the last read: not sent to the route
+        assert client.get(f"/v1/jobs/{job}").status_code == 200
+    assert answered == [True, True, True]
+    fresh = {"Authorization": f"Bearer {make_key('never-seen')}"}
+    assert client.get("/v1/jobs", headers=fresh).status_code == 200
+    assert client.get("/v1/jobs", headers=fresh).status_code == 200
+    assert answered[-2:] == [False, True]  # the route reads a key first; then it is known here
+    key_id = client.headers["Authorization"].split("_")[1]
+    with session_scope() as session:  # revoked by another process: this one is not told
+        session.execute(update(ApiKey).where(ApiKey.id == key_id).values(revoked_at=utcnow()))
+    assert client.get(f"/v1/jobs/{job}").status_code == 401
+    assert answered[-1] is False
 
 
 def test_requests_answered_here_are_counted_by_their_route(client: TestClient) -> None:
