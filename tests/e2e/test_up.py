@@ -102,14 +102,19 @@ def start_up(tmp_path: Path) -> Iterator[Callable[[], Up]]:
         return proc, home, out, f"http://127.0.0.1:{port}"
 
     yield start
+    # Every `up`'s children are found before any is killed: once an `up` is gone, its children
+    # are nobody's descendants, and Celery's process title overwrites its environment, so
+    # processes_of(home) cannot see the worker either (a restart test leaked one that way).
+    leftovers = set(processes_of(home))
+    for proc in started:
+        leftovers |= set(descendants(proc.pid))
     for proc in started:  # after a failure: the group, and children in sessions of their own
-        leftovers = set(descendants(proc.pid)) | set(processes_of(home))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        for pid in leftovers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
