@@ -95,6 +95,7 @@ CPU_ROUTES = {
     "running_list_poll": "GET /v1/jobs?status=running, 200 clients x 1/s",
     "job_read": "GET /v1/jobs/{id} (fast path), 100 clients x 1/s",
     "job_read_route": "the same through the FastAPI route (?_=%30), 100 clients x 1/s",
+    "job_read_own_keys": "GET /v1/jobs/{id}, 100 clients x 1/s, each with a key of its own",
 }
 
 

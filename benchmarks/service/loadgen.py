@@ -121,7 +121,8 @@ async def run(
 ) -> dict[str, float]:
     latencies: list[float] = []
     errors: list[int] = []
-    connections = [Connection(url, key) for _ in range(clients)]
+    keys = key.split(",")  # several: client i sends keys[i % len(keys)]
+    connections = [Connection(url, keys[i % len(keys)]) for i in range(clients)]
     await connections[0].get(paths[0])  # warm one connection
     started, cpu_started = time.perf_counter(), time.process_time()
     stop_at = started + seconds
@@ -149,7 +150,7 @@ async def run(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
-    parser.add_argument("key")
+    parser.add_argument("key", help="an API key, or several joined by commas (one per client)")
     parser.add_argument("paths", type=Path)
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument(

@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
+from app.domain.keys import create_key
 from benchmarks.service.cpu import group_cpu_seconds
 from benchmarks.service.seed import insert_jobs, insert_metrics, insert_transitions
 from benchmarks.service.stack import engine_for, running
@@ -33,7 +36,12 @@ def seed_big(env: dict[str, str], jobs: int, epochs: int) -> tuple[list[str], li
 
 
 def load(
-    service: Service, paths: list[str], clients: int, rate: float, seconds: float
+    service: Service,
+    paths: list[str],
+    clients: int,
+    rate: float,
+    seconds: float,
+    keys: list[str] | None = None,
 ) -> dict[str, float]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(paths, f)
@@ -42,7 +50,7 @@ def load(
         "-m",
         "benchmarks.service.loadgen",
         service.url,
-        service.api_key,
+        ",".join(keys or [service.api_key]),
         f.name,
         "--clients",
         str(clients),
@@ -106,11 +114,26 @@ def run_polling(
         results["job_read"] = load(service, one_job, clients // 2, 1.0, seconds / 2)
         routed = [f"{path}?{VIA_ROUTE}" for path in one_job]  # the FastAPI route, as before
         results["job_read_route"] = load(service, routed, clients // 2, 1.0, seconds / 2)
+        # As many keys as clients, each polling once a second: a key's cached row is older
+        # than the cache keeps it at almost every poll (app.domain.keys).
+        keys = admin_keys(env, clients // 2)
+        for _ in range(3):  # new connections each time: each key seen by each API process
+            load(service, one_job, clients // 2, 0, 0.5, keys)
+        results["job_read_own_keys"] = load(service, one_job, clients // 2, 1.0, seconds / 2, keys)
     if "EPOCHAL_DATABASE_URL" in env:  # the floor reads with asyncpg: PostgreSQL only
         with floor(env, api_workers) as service:
             load(service, one_job[:50], 10, 0, 2)
             results["floor"] = load(service, one_job, clients // 2, 1.0, seconds / 2)
     return results
+
+
+def admin_keys(env: dict[str, str], count: int) -> list[str]:
+    """`count` new admin keys (an admin sees every job), made straight in the database."""
+    engine = engine_for(env)
+    with Session(engine) as session, session.begin():
+        plain = [create_key(session, f"poller-{n}", is_admin=True)[1] for n in range(count)]
+    engine.dispose()
+    return plain
 
 
 @contextmanager
