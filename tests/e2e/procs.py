@@ -42,17 +42,12 @@ def training_children(job_id: str) -> list[int]:
 
 def training_processes_of(home: Path) -> list[int]:
     """Live training children (warm or assigned) of the service whose EPOCHAL_HOME is home."""
-    homes = {f"EPOCHAL_HOME={home}".encode(), f"EPOCHAL_HOME={home.resolve()}".encode()}
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and CHILD_MODULE in _read(entry / "cmdline"):
-            try:
-                environ = set((entry / "environ").read_bytes().split(b"\0"))
-            except OSError:
-                continue
-            if environ & homes and alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
+    homes = _home_entries(home)
+    return [
+        pid
+        for pid in _pids()
+        if CHILD_MODULE in cmdline(pid) and _environ(pid) & homes and alive(pid)
+    ]
 
 
 def processes_of(home: Path) -> dict[int, str]:
@@ -61,7 +56,7 @@ def processes_of(home: Path) -> dict[int, str]:
     file under home open, or it is in the process group of one that does. Celery's process
     title overwrites its environment, so the worker is known by the database it holds open
     and its pool process by the worker's group."""
-    homes = {f"EPOCHAL_HOME={home}".encode(), f"EPOCHAL_HOME={home.resolve()}".encode()}
+    homes = _home_entries(home)
     ours = {os.getpid(), *[pid for pid in _pids() if _pgid(pid) == os.getpgid(0)]}
     found, groups = set(), set()
     for pid in set(_pids()) - ours:  # this test's process may hold the database open too
@@ -70,6 +65,11 @@ def processes_of(home: Path) -> dict[int, str]:
             groups.add(_pgid(pid))
     found |= {pid for pid in _pids() if _pgid(pid) in groups - {None}} - ours
     return {pid: cmdline(pid) for pid in found if alive(pid)}
+
+
+def _home_entries(home: Path) -> set[bytes]:
+    """The environment entries that name this home, as given or resolved."""
+    return {f"EPOCHAL_HOME={home}".encode(), f"EPOCHAL_HOME={home.resolve()}".encode()}
 
 
 def _pids() -> list[int]:

@@ -103,8 +103,7 @@ def start_up(tmp_path: Path) -> Iterator[Callable[[], Up]]:
 
     yield start
     # Every `up`'s children are found before any is killed: once an `up` is gone, its children
-    # are nobody's descendants, and Celery's process title overwrites its environment, so
-    # processes_of(home) cannot see the worker either (a restart test leaked one that way).
+    # are nobody's descendants (a restart test leaked its second `up`'s worker that way).
     leftovers = set(processes_of(home))
     for proc in started:
         leftovers |= set(descendants(proc.pid))
