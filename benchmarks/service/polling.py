@@ -1,6 +1,7 @@
-"""Polling under load: 200 clients poll metrics (and the running-jobs list) against a database
-of 1,000 jobs x 1,000 epochs, the API run as in production; the load generator is a second
-process on loopback."""
+"""Polling under load: 200 clients poll metrics (and the running-jobs list, and one job, with a
+shared key and with a key each) against a database of 1,000 jobs x 1,000 epochs, the API run as
+in production; the load generator is a second process on loopback. On PostgreSQL the same load
+is then put on the floor (benchmarks/service/floor_app.py) for comparison."""
 
 from __future__ import annotations
 
