@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from worker.protocol import CHILD_MODULE
@@ -51,20 +50,11 @@ def training_processes_of(home: Path) -> list[int]:
 
 
 def processes_of(home: Path) -> dict[int, str]:
-    """Every live process (API, Celery, training) of the service on that home, with its command
-    line, wherever it was re-parented: its environment says EPOCHAL_HOME=home, or it holds a
-    file under home open, or it is in the process group of one that does. Celery's process
-    title overwrites its environment, so the worker is known by the database it holds open
-    and its pool process by the worker's group."""
+    """Every live process whose environment says EPOCHAL_HOME=home, with its command line: what
+    a service on that home started, wherever it was re-parented. Celery's process title
+    overwrites its environment, so its worker and pool are not among them."""
     homes = _home_entries(home)
-    ours = {os.getpid(), *[pid for pid in _pids() if _pgid(pid) == os.getpgid(0)]}
-    found, groups = set(), set()
-    for pid in set(_pids()) - ours:  # this test's process may hold the database open too
-        if _environ(pid) & homes or _holds_open(pid, home.resolve()):
-            found.add(pid)
-            groups.add(_pgid(pid))
-    found |= {pid for pid in _pids() if _pgid(pid) in groups - {None}} - ours
-    return {pid: cmdline(pid) for pid in found if alive(pid)}
+    return {pid: cmdline(pid) for pid in _pids() if _environ(pid) & homes and alive(pid)}
 
 
 def _home_entries(home: Path) -> set[bytes]:
@@ -81,16 +71,3 @@ def _environ(pid: int) -> set[bytes]:
         return set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
     except OSError:
         return set()
-
-
-def _holds_open(pid: int, folder: Path) -> bool:
-    try:
-        links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
-    except OSError:  # gone, or not ours to read
-        return False
-    return any(link.startswith(f"{folder}/") for link in links)
-
-
-def _pgid(pid: int) -> int | None:
-    stat = _read(Path(f"/proc/{pid}/stat"))
-    return int(stat.rsplit(")", 1)[1].split()[2]) if stat else None
