@@ -32,12 +32,19 @@ from benchmarks.service.latency import wait_terminal
 from benchmarks.training.common import DATA_DIR, seed_equivalent_spec
 from benchmarks.training.suite import run_case
 
+# Where each framework's thread pools are set.
+THREAD_POOLS = {
+    "pytorch": "worker.training.torch.backend",
+    "tensorflow": "worker.training.tf.strategy",
+}
 PARTS = ("queue_s", "startup_s", "data_s", "build_s", "db_write_s", "checkpoint_s", "export_s")
 
 
 def direct(framework: str, epochs: int, threads: int) -> dict[str, float]:
     """The loop by hand, in this process: data, model, fit, test evaluation (no checkpoints),
-    on `threads` intra-op threads (inter-op as the service would give them)."""
+    on exactly `threads` intra-op threads (inter-op as the service would give them): the
+    pools are set here, so the back-end's own choice for a small step (TensorFlow's) does not
+    apply and the sweep of 1..N really runs each count."""
     from app.schemas.job_spec import JobSpec
     from worker.child.attempt import best_monitor, build_callbacks, final_result
     from worker.supervisor.threads import threads_for
@@ -50,11 +57,13 @@ def direct(framework: str, epochs: int, threads: int) -> dict[str, float]:
     pools = threads_for(spec, threads)
     module = importlib.import_module(BACKENDS[framework].split(":")[0])
     module.preload()  # the framework's import, as a warm child has it
+    pinned = Placement(gpus=[], threads=pools.intra, interop_threads=pools.inter)
+    importlib.import_module(THREAD_POOLS[framework]).use_threads(pinned)
     load_splits(spec, DATA_DIR)  # decodes once into the cache, as the service's first job does
     time.sleep(1.0)  # let the machine settle after imports before the clock starts
     started = time.perf_counter()
     splits = load_splits(spec, DATA_DIR)
-    placement = Placement(gpus=[], threads=pools.intra, interop_threads=pools.inter)
+    placement = Placement(gpus=[])  # no threads: the back-end keeps the pools set above
     backend = create_backend(spec, splits, placement)
     state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
     validate = splits.x_val is not None

@@ -18,14 +18,18 @@ from worker.protocol import Assignment, Threads, child_argv
 from worker.supervisor import threads
 from worker.supervisor.threads import SERVICE_CPUS, cpu_budget, cpu_quota, threads_for
 
+# A step of about 2**29.1 forward FLOPs (8.7 M a sample, 64 samples): TensorFlow shares one
+# this size among its intra-op threads (worker.training.tf.strategy.SHARED_STEP_FLOPS).
+LARGE_STEP = [2048, 2048]
 
-def spec(framework: str = "pytorch", **resources: Any) -> JobSpec:
+
+def spec(framework: str = "pytorch", units: list[int] | None = None, **resources: Any) -> JobSpec:
     return JobSpec.model_validate(
         {
             "framework": framework,
             "dataset": {"name": "digits", "limit": 400},
-            "model": {"type": "mlp", "hidden_units": [8]},
-            "training": {"epochs": 1},
+            "model": {"type": "mlp", "hidden_units": units or [8]},
+            "training": {"epochs": 1, "batch_size": 64},
             "resources": resources,
         }
     )
@@ -131,8 +135,9 @@ def run_to_end(settings: Settings, job_spec: JobSpec) -> dict[str, Any]:
     [
         ("pytorch", False, {}, (3, 1)),
         ("pytorch", True, {"cpu_threads": 2}, (2, 1)),
-        ("tensorflow", False, {}, (3, 2)),
-        ("tensorflow", True, {"cpu_threads": 1}, (1, 2)),
+        ("tensorflow", False, {"units": LARGE_STEP}, (3, 2)),
+        ("tensorflow", True, {"units": LARGE_STEP, "cpu_threads": 2}, (2, 2)),
+        ("tensorflow", False, {}, (1, 2)),  # a step too small to share: one thread runs it
         ("pytorch", False, {"replicas": 2}, (1, 1)),  # rank 0 reports; each rank has 3 // 2
         ("tensorflow", False, {"replicas": 2}, (3, 3)),  # the collectives need their threads
     ],
@@ -141,6 +146,7 @@ def run_to_end(settings: Settings, job_spec: JobSpec) -> dict[str, Any]:
         "pytorch-warm",
         "tensorflow-cold",
         "tensorflow-warm",
+        "tensorflow-small-step",
         "pytorch-ddp",
         "tensorflow-mirrored",
     ],
@@ -150,7 +156,7 @@ def test_the_training_child_runs_on_the_chosen_threads(
     monkeypatch: pytest.MonkeyPatch,
     framework: str,
     warm: bool,
-    resources: dict[str, int],
+    resources: dict[str, Any],
     expected: tuple[int, int],
 ) -> None:
     # A budget no framework would pick by itself on this box (it counts its cores), and no

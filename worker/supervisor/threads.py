@@ -9,7 +9,8 @@ mask, or its cgroup's CPU quota when that is smaller: a container's `cpus:`), le
 service's own processes on a box of RESERVE_FROM_CPUS or more. A job trains on all of it, or on
 `resources.cpu_threads` if that is lower (a higher value gets the budget: the API cannot know
 which worker takes the job); DDP ranks split it. The warm child that takes a job gets the same
-count as a cold one.
+count as a cold one. The count is a ceiling: TensorFlow's back-end runs a lone replica's step
+that is too small to share on one thread (worker.training.tf.strategy.fitted_to_step).
 
 The service's own work is mostly the next warm child's import (seconds of CPU); the API's and
 the supervisor's are bursts of milliseconds. A core kept for it is a quarter of a 4-core box but

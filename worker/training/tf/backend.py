@@ -43,7 +43,12 @@ class TFBackend:
     """Implements worker.training.backend.Backend for TensorFlow / Keras 3."""
 
     def __init__(self, spec: JobSpec, splits: Splits, placement: Placement) -> None:
-        self.strategy = make_strategy(placement)  # first: logical devices precede any op
+        # The graph is plain data (no op yet): its size tells how many threads its step uses.
+        x = model_input(spec, splits.input_shape, splits.tokens, splits.vocab)
+        self.graph = built_model(spec, x, splits.outputs)
+        per_replica = spec.training.batch_size // max(1, placement.replicas)
+        # First: logical devices and thread pools precede any op.
+        self.strategy = make_strategy(placement, self.graph.flops_per_sample * per_replica)
         keras.utils.set_random_seed(spec.training.seed)
         # The policy is process-global: always set it, so no earlier job's choice leaks in.
         keras.mixed_precision.set_global_policy(POLICIES[spec.resources.precision])
@@ -52,8 +57,6 @@ class TFBackend:
         self.classify = spec.task == "classification"
         self.replicas = self.strategy.num_replicas_in_sync
         self.exchange = Exchange(self.strategy) if placement.peers else None  # a gang's nodes
-        x = model_input(spec, splits.input_shape, splits.tokens, splits.vocab)
-        self.graph = built_model(spec, x, splits.outputs)
         with self.strategy.scope():
             self.model, self.variables = build_model(self.graph)
             self.optimizer = RegistryOptimizer(spec.optimizer)

@@ -4,6 +4,7 @@ batches reach its replicas, from its placement."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import tensorflow as tf
@@ -11,15 +12,21 @@ import tensorflow as tf
 from worker.training.backend import Placement
 from worker.training.tf.cluster import multi_worker
 
+# Forward FLOPs of one replica's step below which TensorFlow's CPU step runs faster on one
+# intra-op thread than on several: its ops are too small to pay for handing out their shards
+# (BENCHMARKS.md, "TensorFlow's step on one thread"). PyTorch's OpenMP pool gains from every
+# core even at batch 8, so only this back-end has such a floor.
+SHARED_STEP_FLOPS = 2**29
 
-def make_strategy(placement: Placement) -> tf.distribute.Strategy:
+
+def make_strategy(placement: Placement, step_flops: int) -> tf.distribute.Strategy:
     """Default strategy for one replica; MirroredStrategy over GPUs or logical CPU devices;
     MultiWorkerMirroredStrategy over a gang's nodes (one CPU replica each).
 
     Logical CPU devices must exist before TensorFlow initializes its runtime, so this runs
     first thing in the back-end (and the training child is a fresh process, P14, P27).
     """
-    use_threads(placement)
+    use_threads(fitted_to_step(placement, step_flops))
     if placement.peers:
         return multi_worker(placement)
     if placement.replicas == 1:
@@ -58,6 +65,16 @@ def distribute_epoch(
         )
 
     return iter(strategy.distribute_datasets_from_function(pipeline))
+
+
+def fitted_to_step(placement: Placement, step_flops: int) -> Placement:
+    """The supervisor's threads, or one intra-op thread where a lone CPU replica's step is
+    too small to share (SHARED_STEP_FLOPS). Several replicas keep theirs: their ops run side
+    by side in the one pool."""
+    alone = placement.replicas == 1 and not placement.gpus and not placement.peers
+    if alone and placement.threads and step_flops < SHARED_STEP_FLOPS:
+        return dataclasses.replace(placement, threads=1)
+    return placement
 
 
 def use_threads(placement: Placement) -> None:
