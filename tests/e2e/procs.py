@@ -30,13 +30,11 @@ def parent_of(pid: int) -> int:
 
 def training_children(job_id: str) -> list[int]:
     """Live `python -m worker.child.launch JOB_ID …` processes (every DDP rank too)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            cmdline = _read(entry / "cmdline")
-            if CHILD_MODULE in cmdline and job_id in cmdline and alive(int(entry.name)):
-                found.append(int(entry.name))
-    return found
+    return [
+        pid
+        for pid in _pids()
+        if CHILD_MODULE in (line := cmdline(pid)) and job_id in line and alive(pid)
+    ]
 
 
 def training_processes_of(home: Path) -> list[int]:

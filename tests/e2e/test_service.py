@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
+from app.core.config import Settings
+from app.schemas.job_spec import JobSpec
 from tests.e2e.procs import training_children, training_processes_of
 from tests.helpers import Service, running_service, wait_for_status, wait_until
-from worker.supervisor.threads import usable_cpus
+from worker.supervisor.threads import cpu_budget, spare_cpu, threads_for, usable_cpus
 
 pytestmark = pytest.mark.e2e
 
@@ -165,14 +167,16 @@ def test_the_next_child_imports_its_framework_while_a_job_trains(
 ) -> None:
     if "EPOCHAL_DATABASE_URL" in service.env:
         pytest.skip("the process model does not depend on the database: runs on sqlite only")
+    home = Path(service.env["EPOCHAL_HOME"])
+    long_job = {"dataset": {"name": "synthetic", "samples": 4000}, "training": {"epochs": 1000}}
     # The import starts beside a job only where the job leaves a CPU free (threads.spare_cpu):
     # not on one test's own run, whose job trains on every core, nor under a quota of one CPU
     # (tests/slow_machine.sh). There it waits for the job's end (tests/worker/test_threads.py).
     budget = {**os.environ, **service.env}.get("EPOCHAL_WORKER_CPUS")
-    if int(budget or usable_cpus()) >= usable_cpus():
-        pytest.skip(f"the job's {budget or 'every'} CPU(s) of {usable_cpus()} leave none spare")
-    home = Path(service.env["EPOCHAL_HOME"])
-    long_job = {"dataset": {"name": "synthetic", "samples": 4000}, "training": {"epochs": 1000}}
+    job = JobSpec.model_validate({"framework": "pytorch", **long_job})
+    threads = threads_for(job, cpu_budget(Settings(worker_cpus=int(budget) if budget else None)))
+    if not spare_cpu(job, threads):
+        pytest.skip(f"the job's {threads.intra} CPU(s) of {usable_cpus()} leave none spare")
     first = submit(client, framework="pytorch", **long_job)["id"]
     wait_until(lambda: len(epochs_of(client, first)) >= 1, 120, "the first epoch")
 
