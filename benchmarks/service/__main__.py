@@ -132,7 +132,8 @@ def bench_growth(report: Report, quick: bool) -> None:
 
 def bench_overhead(report: Report, quick: bool) -> None:
     epochs, runs = (2, 1) if quick else (5, 5)
-    with bench_env("sqlite") as env, running(env, worker=True) as service:
+    # The embedded default as `make run` starts it: its own heartbeat and maintenance intervals.
+    with bench_env("sqlite", fast=False) as env, running(env, worker=True) as service:
         with service.client() as client:
             for framework in ("pytorch", "tensorflow"):
                 result = overhead.measure(client, framework, epochs, runs)

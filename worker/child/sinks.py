@@ -67,10 +67,13 @@ class TrialPruning(Callback):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         self.reporter: object | None = None
-        self.seconds = 0.0
+        self.seconds = 0.0  # asking the pruner, a trial's epochs
+        self.lookup_seconds = 0.0  # the read at the start, every job
 
     def on_train_begin(self, state: TrainState) -> None:
+        started = time.perf_counter()
         trial = _retried(self._trial, "sweep trial")
+        self.lookup_seconds = time.perf_counter() - started
         if trial is None:
             return
         from app.schemas.sweep import SweepSpec
