@@ -1,8 +1,9 @@
 """The supervisor<->child contract, in one place for both sides: how the child is started (argv,
 environment, a warm child's assignment, the threads it trains on), how it is asked to stop (a
-signal plus a file naming why), how it reports (an outcome file per attempt, exit codes; while
-it trains, a progress file of the epoch's steps), how an attempt that stopped early ended
-(STOPPED), and which failure codes a new attempt could fix.
+signal plus a file naming why), how it reports (an outcome file per attempt, a byte on its report
+pipe once that file is whole, exit codes; while it trains, a progress file of the epoch's
+steps), how an attempt that stopped early ended (STOPPED), and which failure codes a new
+attempt could fix.
 
 Codes (shown on the job as `error_code`; app.domain.states.ErrorCode names them all):
 - retried within max_restarts: worker_lost (lease expired / supervisor gone), infrastructure
@@ -22,10 +23,12 @@ Retrying only what a retry can fix stops an OOM-ing or NaN-ing spec from looping
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import signal
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +47,8 @@ SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold ch
 DDP_INIT_ENV = "EPOCHAL_DDP_INIT"  # the DDP ranks' rendezvous (a file:// URL in the job dir)
 GANG_ENV = "EPOCHAL_GANG_NODE"  # a multi-node job's node: NODE_RANK,NODES (see GangNode)
 GANG_PEERS_ENV = "EPOCHAL_GANG_PEERS"  # every node's HOST:PORT, comma-separated, in rank order
+REPORT_FD_ENV = "EPOCHAL_REPORT_FD"  # the child's end of its report pipe (spawn_child)
+REPORTED = b"."  # on the report pipe: the attempt's outcome file is whole
 EXIT_ORPHANED = 75  # the child found its supervisor gone before it could start
 # How often the child rewrites its progress file, and the supervisor passes a change on to the
 # job row (with a lease renewal): a bar moves within an epoch, the database never sees a step.
@@ -281,3 +286,38 @@ def child_env() -> dict[str, str]:
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
         SUPERVISOR_ENV: str(os.getpid()),
     }
+
+
+def spawn_child(
+    argv: list[str], env: dict[str, str], **popen: Any
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a training child with a report pipe; returns it and the pipe's read end.
+
+    The child writes REPORTED there once its outcome file is whole (say_reported), so the
+    supervisor records the end then; the process's teardown (freeing its memory, a CUDA
+    context: tens of milliseconds to seconds) runs after that instead of before it."""
+    read, write = os.pipe()
+    try:
+        env = {**env, REPORT_FD_ENV: str(write)}
+        process = subprocess.Popen(argv, env=env, pass_fds=(write,), **popen)
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)  # the child holds its own copy: its exit reads as the pipe's end
+    return process, read
+
+
+def take_report_fd() -> int | None:
+    """The child's end of its report pipe, out of the environment: a process it starts (a DDP
+    rank) does not inherit the fd, and must not take the number for a file of its own."""
+    fd = os.environ.pop(REPORT_FD_ENV, None)
+    return None if fd is None else int(fd)
+
+
+def say_reported(fd: int | None) -> None:
+    """The child, after write_outcome: the supervisor may record the attempt's end now."""
+    if fd is not None:
+        with contextlib.suppress(OSError):  # its supervisor is gone: nobody is waiting
+            os.write(fd, REPORTED)
+            os.close(fd)

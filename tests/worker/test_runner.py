@@ -22,8 +22,8 @@ from app.domain.tables import Job
 from app.schemas.api import StepProgress
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT, clear_caches, free_port, scaled, wait_until
-from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv, write_progress
-from worker.supervisor.attempt import Attempt
+from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv, spawn_child, write_progress
+from worker.supervisor.attempt import Attempt, reap
 from worker.supervisor.job_end import outcome_of, record, record_end
 from worker.supervisor.oom import MemoryWatch, memory_available, peak_rss
 from worker.supervisor.runner import supervise
@@ -65,13 +65,19 @@ def attempt_of(job: Job, settings: Settings, code: str, deadline: float = 1e12) 
     """A real child in its own session, as worker.supervisor.runner starts them."""
     workdir = JobFiles.of(settings.resolved_artifacts_dir, job.id).root
     workdir.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
+    process, report = spawn_child(
+        [sys.executable, "-c", code],
+        dict(os.environ),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        cwd=ROOT,
     )
     if "ready" in code:  # signal it only once its handlers are in place
         assert process.stdout is not None and process.stdout.readline() == b"ready\n"
     now = time.monotonic()
-    return Attempt(job.id, job.attempt, workdir, now + deadline, process, renewed_at=now)
+    return Attempt(
+        job.id, job.attempt, workdir, now + deadline, process, renewed_at=now, report=report
+    )
 
 
 def stored(job_id: str) -> Job:
@@ -175,6 +181,40 @@ def test_a_silent_death_is_a_retryable_failure(
     supervise(settings, run)
     outcome = outcome_of(run)
     assert outcome.error_code == error_code and outcome.retryable
+
+
+def test_the_end_is_recorded_once_reported_while_the_process_still_exits(
+    settings: Settings,
+) -> None:
+    """A child's teardown (its memory freed, a CUDA context) comes after its outcome: the end is
+    written at the child's word, and one that then lingers past the grace is killed."""
+    job = running_job()
+    workdir = JobFiles.of(settings.resolved_artifacts_dir, job.id).root
+    lingering = (
+        "import time\n"
+        "from pathlib import Path\n"
+        "from app.domain.job_files import JobFiles\n"
+        "from worker.protocol import Outcome, say_reported, take_report_fd, write_outcome\n"
+        f"files = JobFiles(Path({str(workdir)!r}))\n"
+        "write_outcome(files, 1, Outcome('succeeded', 'completed', result={'epochs': 1}))\n"
+        "say_reported(take_report_fd())\n"
+        "time.sleep(120)\n"
+    )
+    run = attempt_of(job, settings, lingering)
+    supervise(settings, run)
+    assert run.reported and run.process.poll() is None  # the end is known, the process lives
+    record_end(settings, run)
+    assert stored(job.id).status == "succeeded"
+    reap(run, settings.kill_grace_seconds)
+    assert run.process.returncode == -signal.SIGKILL and run.report is None
+    assert "still exiting" in JobFiles(run.workdir).log.read_text()
+
+
+def test_a_child_that_exits_without_a_word_is_seen_at_its_exit(settings: Settings) -> None:
+    job = running_job()
+    run = attempt_of(job, settings, "import os; os.close(int(os.environ['EPOCHAL_REPORT_FD']))")
+    supervise(settings, run)  # the pipe's end comes first, then the exit: no end to record early
+    assert not run.reported and run.process.returncode == 0
 
 
 def test_retryable_failures_are_retried_within_max_restarts(settings: Settings) -> None:

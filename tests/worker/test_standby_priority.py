@@ -36,15 +36,16 @@ def test_the_warm_child_imports_idle_and_trains_at_normal_priority(
 ) -> None:
     pool = StandbyPool()
     pool.refill("pytorch", child_env())  # sqlite_env is in os.environ
-    child = pool._waiting["pytorch"]
+    child, report = pool._waiting["pytorch"]
     try:
         # While it imports PyTorch (a few seconds), its thread(s) wait at SCHED_IDLE.
         wait_until(lambda: policies(child.pid) == {os.SCHED_IDLE}, 30, "the child at idle")
-        assert pool.assign("pytorch", "no-such-job", 1) is child
+        assert pool.assign("pytorch", "no-such-job", 1) == (child, report)
         assert policies(child.pid) == {os.SCHED_OTHER}  # at once, not when it next runs
     finally:
         child.kill()
         child.wait()
+        os.close(report)
         pool.close()
 
 

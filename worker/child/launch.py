@@ -50,6 +50,8 @@ from worker.protocol import (
     child_argv,
     is_disk_full,
     read_stop_reason,
+    say_reported,
+    take_report_fd,
     write_outcome,
 )
 from worker.training.backend import Placement
@@ -196,6 +198,7 @@ def wait_for_assignment(framework: str) -> Assignment:
     get_engine()  # its database driver and dialect, ~0.2 s (it connects on first use)
     with contextlib.suppress(ImportError):  # what a sweep's trial reports to, ~0.7 s
         importlib.import_module("optuna")
+    importlib.import_module("worker.training.onnx_export").preload()  # the job's last step
     line = sys.stdin.readline()
     if not line:  # the supervisor went away without a job for us
         os._exit(0)
@@ -227,6 +230,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    report = take_report_fd()
     die_with_parent()
     settings = get_settings()
     if args.standby:
@@ -270,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = classify(exc)
     if placement.is_main:
         write_outcome(files, args.attempt, outcome)
+        say_reported(report)  # the supervisor records the end while this process exits
     log.info("attempt %s ended: %s (%s)", args.attempt, outcome.status, outcome.stop_reason)
     # A gang's other nodes report by exit code alone (worker.supervisor.gang.end_seat): a
     # preemption or shutdown stop every node agreed on is a clean end there, not a lost node.

@@ -1,5 +1,5 @@
-"""One running attempt as the supervisor sees it: its child, its stop and kill times, and the
-two things every part of the supervisor does to it (a line in the job log, a signal)."""
+"""One running attempt as the supervisor sees it: its child, its stop and kill times, and what
+every part of the supervisor does to it (a line in the job log, a signal, waiting for it)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import select
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line
 from app.domain.states import StopReason
+from worker.protocol import REPORTED
 from worker.supervisor import gang
 from worker.supervisor.log_shipper import LogShipper
 from worker.supervisor.oom import MemoryWatch
@@ -38,6 +40,8 @@ class Attempt:
     formed: gang.Formed | None = None  # this worker's node of a multi-node job's gang
     broken: str | None = None  # rank 0: why the gang could not go on (a member lost)
     shipper: LogShipper | None = None  # another node: its log's lines, to the database
+    report: int | None = None  # the child's report pipe (worker.protocol.spawn_child), unread
+    reported: bool = False  # its outcome file is whole; its process may still be exiting
 
     @property
     def files(self) -> JobFiles:
@@ -50,20 +54,33 @@ class Attempt:
         return self.files.log
 
 
-def wait_exit(process: subprocess.Popen[bytes], seconds: float) -> None:
-    """Return when the child exits or `seconds` have passed. Popen.wait(timeout) polls instead,
-    waking every few milliseconds: each wake takes a core from the job's training threads, and
-    its exit is seen up to 50 ms late. A pidfd wakes once, at the exit."""
+def wait_end(run: Attempt, seconds: float) -> None:
+    """Return when the child exits, reports its end (run.reported), or `seconds` have passed.
+    Popen.wait(timeout) polls instead, waking every few milliseconds: each wake takes a core
+    from the job's training threads, and its exit is seen up to 50 ms late. A pidfd wakes
+    once, at the exit; the report pipe once, when the outcome is whole (before the exit)."""
     try:
-        pidfd = os.pidfd_open(process.pid)
+        pidfd = os.pidfd_open(run.process.pid)
     except OSError:  # reaped already, or a kernel without pidfds (before Linux 5.3)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=seconds)
+            run.process.wait(timeout=seconds)
         return
     try:
-        select.select([pidfd], [], [], seconds)
+        watched = [pidfd] if run.report is None else [pidfd, run.report]
+        readable, _, _ = select.select(watched, [], [], seconds)
     finally:
         os.close(pidfd)
+    if run.report is not None and run.report in readable:
+        # One byte when the outcome is whole; none (the pipe's end) when the child exited
+        # without a word, or a DDP launcher whose rank 0 wrote the outcome: its exit tells.
+        run.reported = os.read(run.report, 1) == REPORTED
+        close_report(run)
+
+
+def close_report(run: Attempt) -> None:
+    if run.report is not None:
+        os.close(run.report)
+        run.report = None
 
 
 def note(run: Attempt, text: str) -> None:
@@ -81,3 +98,15 @@ def signal_group(run: Attempt, signum: int) -> None:
         os.killpg(run.process.pid, signum)
     except ProcessLookupError:
         pass
+
+
+def reap(run: Attempt, grace: float) -> None:
+    """Wait for the child's exit: the worker's slot is free only then. One that reported its
+    end (and is still exiting) has `grace` seconds for its teardown, then is killed."""
+    close_report(run)
+    if run.process.poll() is None:
+        wait_end(run, grace)
+    if run.process.poll() is None:
+        signal_group(run, signal.SIGKILL)
+        note(run, f"still exiting {grace:g}s after its end: sent SIGKILL")
+    run.process.wait()

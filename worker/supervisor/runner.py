@@ -36,9 +36,10 @@ from worker.protocol import (
     child_env,
     is_disk_full,
     request_stop,
+    spawn_child,
 )
 from worker.supervisor import gang, shutdown, wakeup
-from worker.supervisor.attempt import Attempt, note, signal_group, wait_exit
+from worker.supervisor.attempt import Attempt, note, reap, signal_group, wait_end
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record, record_end
 from worker.supervisor.lease import LeaseKeeper
@@ -111,11 +112,12 @@ def _run_attempt(
         return
     try:
         supervise(settings, run)
+        record_end(settings, run)  # a reported end before the child's teardown is over
     except BaseException:  # never leave a child training without a supervisor
         signal_group(run, signal.SIGKILL)
-        run.process.wait()
         raise
-    record_end(settings, run)
+    finally:
+        reap(run, settings.kill_grace_seconds)
 
 
 def _set_current_job(worker_name: str, job_id: str | None) -> None:
@@ -148,26 +150,35 @@ def start_child(
     threads = threads_for(spec, cpu_budget(settings))
     _log_start(settings, log_path, attempt, seconds, threads, formed)
     # A gang's node is started cold: its environment names its rank and the rendezvous.
-    process = None if formed else POOL.assign(spec.framework, job_id, attempt, threads)
+    child = None if formed else POOL.assign(spec.framework, job_id, attempt, threads)
     # The next child of this kind imports its framework while this one trains, so a job that
     # comes right after this one ends (a sweep's next trial) starts warm too; on a box whose
     # every core trains, it starts when this job ends instead (worker.supervisor.threads).
     if spare_cpu(spec, threads):
         warm_up(settings, [spec.framework])
-    if process is None:
+    if child is None:
         with log_path.open("ab") as log_file:  # the child keeps its own copy of the fd
-            process = subprocess.Popen(
+            child = spawn_child(
                 child_argv(
                     job_id, attempt, threads=threads, python=settings.python_for(spec.framework)
                 ),
+                {**child_env(), SPAWNED_ENV: str(time.time()), **gang.node_env(formed)},
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**child_env(), SPAWNED_ENV: str(time.time()), **gang.node_env(formed)},
             )
+    process, report = child
     now = time.monotonic()
     return Attempt(
-        job_id, attempt, files.root, now + seconds, process, now, formed=formed, shipper=shipper
+        job_id,
+        attempt,
+        files.root,
+        now + seconds,
+        process,
+        now,
+        formed=formed,
+        shipper=shipper,
+        report=report,
     )
 
 
@@ -213,12 +224,13 @@ def supervise(settings: Settings, run: Attempt) -> None:
         _watch(settings, run, lease)
     finally:
         lease.stop()
-    run.process.wait()
+    if not run.reported:  # else its end is recorded while it exits (reap)
+        run.process.wait()
 
 
 def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
     next_beat = 0.0
-    while run.process.poll() is None:
+    while run.process.poll() is None and not run.reported:
         now = time.monotonic()
         if now >= next_beat:
             next_beat = now + settings.heartbeat_seconds
@@ -235,7 +247,7 @@ def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
             _request_stop(run, StopReason.shutdown)
         _escalate(settings, run, now)
         run.memory.sample(run.process.pid)
-        wait_exit(run.process, POLL_SECONDS)  # wakes as soon as the child exits
+        wait_end(run, POLL_SECONDS)  # wakes as soon as the child reports its end or exits
 
 
 def _still_ours(run: Attempt, lease: LeaseKeeper, now: float) -> bool:

@@ -14,12 +14,13 @@ Set EPOCHAL_WARM_FRAMEWORKS="" to turn this off.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
 
 from app.core.config import Settings
 from worker.priority import back_to_normal
-from worker.protocol import Assignment, Threads, child_env, standby_argv
+from worker.protocol import Assignment, Threads, child_env, spawn_child, standby_argv
 
 log = logging.getLogger(__name__)
 
@@ -28,42 +29,51 @@ class StandbyPool:
     """At most one waiting child per framework, owned by this (Celery pool) process."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, subprocess.Popen[bytes]] = {}
+        # Each waiting child with its report pipe's read end (worker.protocol.spawn_child).
+        self._waiting: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
 
     def refill(self, framework: str, env: dict[str, str], python: str | None = None) -> None:
         """Start a waiting child for the framework unless a live one is there already."""
         current = self._waiting.get(framework)
-        if current is not None and current.poll() is None:
+        if current is not None and current[0].poll() is None:
             return
-        self._waiting[framework] = subprocess.Popen(
+        if current is not None:
+            os.close(current[1])
+        self._waiting[framework] = spawn_child(
             standby_argv(framework, python),
+            env,
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,  # the child moves its output to the job's log on assignment
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # like a cold child: its own group, signalled as one
-            env=env,
         )
 
     def assign(
         self, framework: str, job_id: str, attempt: int, threads: Threads | None = None
-    ) -> subprocess.Popen[bytes] | None:
-        """Hand the job to the waiting child; None when there is none (start a cold one)."""
-        child = self._waiting.pop(framework, None)
-        if child is None or child.poll() is not None or child.stdin is None:
+    ) -> tuple[subprocess.Popen[bytes], int] | None:
+        """Hand the job to the waiting child: it and its report pipe's read end; None when
+        there is none (start a cold one)."""
+        waiting = self._waiting.pop(framework, None)
+        if waiting is None:
             return None
+        child, report = waiting
         try:
+            if child.poll() is not None or child.stdin is None:
+                raise OSError(f"the warm {framework} child has exited")
             child.stdin.write(Assignment(job_id, attempt, time.time(), threads).encode())
             child.stdin.close()
-        except OSError:  # it died between poll() and write(): start a cold child instead
+        except OSError:  # it died before or during the write: start a cold child instead
             log.warning("warm %s child was gone; starting a cold one", framework)
             child.kill()
+            os.close(report)
             return None
         back_to_normal(child.pid)  # it imported at idle priority (worker.priority)
-        return child
+        return child, report
 
     def close(self) -> None:
-        for child in self._waiting.values():
+        for child, report in self._waiting.values():
             child.kill()
+            os.close(report)
         self._waiting.clear()
 
 

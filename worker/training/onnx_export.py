@@ -100,14 +100,28 @@ def build_onnx(
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", outputs])],
         g.initializers,
     )
+    return _checked(onnx_graph)
+
+
+def _checked(graph: onnx.GraphProto) -> onnx.ModelProto:
     model = helper.make_model(
-        onnx_graph,
+        graph,
         opset_imports=[helper.make_opsetid("", OPSET)],
         producer_name="epochal",
         ir_version=IR_VERSION,
     )
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def preload() -> None:
+    """Pay the export's first-use costs before a job arrives (a warm child calls this): ONNX
+    Runtime's import and first session, the checker's first full check."""
+    row = helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["N", 1])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1])
+    identity = helper.make_node("Identity", [INPUT], ["out"])
+    model = _checked(helper.make_graph([identity], "preload", [row], [out]))
+    run_onnx(model.SerializeToString(), np.zeros((1, 1), np.float32))
 
 
 def run_onnx(model: bytes, raw: np.ndarray, threads: int = 1) -> np.ndarray:
