@@ -22,7 +22,14 @@ from app.domain.tables import Job
 from app.schemas.api import StepProgress
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT, clear_caches, free_port, scaled, wait_until
-from worker.protocol import SUPERVISOR_ENV, Outcome, child_argv, spawn_child, write_progress
+from worker.protocol import (
+    REPORT_FD_ENV,
+    SUPERVISOR_ENV,
+    Outcome,
+    child_argv,
+    spawn_child,
+    write_progress,
+)
 from worker.supervisor.attempt import Attempt, reap
 from worker.supervisor.job_end import outcome_of, record, record_end
 from worker.supervisor.oom import MemoryWatch, memory_available, peak_rss
@@ -212,7 +219,7 @@ def test_the_end_is_recorded_once_reported_while_the_process_still_exits(
 
 def test_a_child_that_exits_without_a_word_is_seen_at_its_exit(settings: Settings) -> None:
     job = running_job()
-    run = attempt_of(job, settings, "import os; os.close(int(os.environ['EPOCHAL_REPORT_FD']))")
+    run = attempt_of(job, settings, f"import os; os.close(int(os.environ[{REPORT_FD_ENV!r}]))")
     supervise(settings, run)  # the pipe's end comes first, then the exit: no end to record early
     assert not run.reported and run.process.returncode == 0
 
