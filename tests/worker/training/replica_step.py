@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from tests.worker.training.inprocess import backend_for, make_spec
+from worker.child.launch import exit_now
 from worker.protocol import GANG_PEERS_ENV
 from worker.training.backend import Backend, Placement
 from worker.training.callbacks import TrainState
@@ -67,3 +68,4 @@ def main(framework: str, replicas: int, rank: int, out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    exit_now(0)  # as a training child leaves: no teardown of gloo's threads (it can abort)
