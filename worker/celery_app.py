@@ -5,6 +5,7 @@ Start with `epochal worker`, which picks the queues this worker's GPUs can serve
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from celery import Celery, signals
@@ -15,9 +16,11 @@ from app.schemas.job_spec import FRAMEWORKS
 from app.services.maintenance import MaintenanceThread
 from app.services.queue import celery_config
 from worker import celery_logging as logging_setup
+from worker.calibration import calibrate_then
 from worker.supervisor import heartbeat as workers
 from worker.supervisor import shutdown
 from worker.supervisor.standby import POOL, warm_up
+from worker.supervisor.threads import cpu_budget
 
 celery_app = Celery("epochal-worker", include=["worker.tasks"])
 celery_app.conf.update(celery_config(get_settings()))
@@ -42,7 +45,11 @@ logging_setup.connect()
 @signals.worker_process_init.connect
 def _fresh_engine_after_fork(**_: Any) -> None:
     reset_engines()  # a pool child must not share the parent's DB connections (P39)
-    warm_up(get_settings(), list(FRAMEWORKS))  # the first job starts warm too
+    settings = get_settings()
+    # The first job starts warm too; on a box not yet measured, the warm-up follows that.
+    warm = threading.Thread(target=warm_up, args=(settings, list(FRAMEWORKS)), daemon=True)
+    if not calibrate_then(settings, cpu_budget(settings), warm):
+        warm_up(settings, list(FRAMEWORKS))
 
 
 @signals.worker_process_shutdown.connect

@@ -64,6 +64,11 @@ class Settings(BaseSettings):
         le=4096,
         description="CPU threads its training processes share (default: its CPUs less one).",
     )
+    cache_dir: Path | None = Field(
+        None,
+        description="What a worker measures once per box and keeps across restarts (TensorFlow's "
+        "small-step threads); default: $XDG_CACHE_HOME/epochal, else ~/.cache/epochal.",
+    )
     worker_address: str | None = Field(
         None,
         description="Address a multi-node job's other workers reach this one at (default: the "
@@ -238,6 +243,12 @@ class Settings(BaseSettings):
     @property
     def resolved_artifacts_dir(self) -> Path:
         return (self.artifacts_dir or self.resolved_home / "artifacts").expanduser().resolve()
+
+    @property
+    def resolved_cache_dir(self) -> Path:
+        """Shared by every worker and test run on the box, unlike home: measured once each."""
+        default = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "epochal"
+        return (self.cache_dir or default).expanduser().resolve()
 
     def python_for(self, framework: str) -> str | None:
         """The interpreter that runs this framework's training processes (None: the worker's;

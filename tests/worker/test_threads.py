@@ -154,6 +154,7 @@ def run_to_end(settings: Settings, job_spec: JobSpec) -> dict[str, Any]:
 def test_the_training_child_runs_on_the_chosen_threads(
     sqlite_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     framework: str,
     warm: bool,
     resources: dict[str, Any],
@@ -165,6 +166,7 @@ def test_the_training_child_runs_on_the_chosen_threads(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("EPOCHAL_WORKER_CPUS", "3")
     monkeypatch.setenv("EPOCHAL_WARM_FRAMEWORKS", framework if warm else "")
+    monkeypatch.setenv("EPOCHAL_CACHE_DIR", str(tmp_path))  # this box not measured: the rule
     get_settings.cache_clear()
     from worker.supervisor.standby import POOL, warm_up
 
@@ -177,6 +179,23 @@ def test_the_training_child_runs_on_the_chosen_threads(
     finally:
         POOL.close()
     assert (result["intra_op_threads"], result["inter_op_threads"]) == expected
+
+
+def test_a_small_tensorflow_step_runs_on_the_count_measured_for_the_box(
+    sqlite_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The training child reads the box's answer (worker.calibration): all three here."""
+    from worker.calibration import record
+
+    for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("EPOCHAL_WORKER_CPUS", "3")
+    monkeypatch.setenv("EPOCHAL_WARM_FRAMEWORKS", "")
+    monkeypatch.setenv("EPOCHAL_CACHE_DIR", str(tmp_path))
+    record(tmp_path, 3, 3, {1: 0.011, 3: 0.009})
+    get_settings.cache_clear()
+    result = run_to_end(get_settings(), spec("tensorflow"))
+    assert (result["intra_op_threads"], result["inter_op_threads"]) == (3, 2)
 
 
 @pytest.mark.parametrize(("cpus", "during"), [(1, False), (2, True)], ids=["every-core", "spare"])

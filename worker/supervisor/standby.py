@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import threading
 import time
 
 from app.core.config import Settings
@@ -31,9 +32,15 @@ class StandbyPool:
     def __init__(self) -> None:
         # Each waiting child with its report pipe's read end (worker.protocol.spawn_child).
         self._waiting: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+        # The first warm-up may come from a thread (worker.calibration) while a job is assigned.
+        self._lock = threading.Lock()
 
     def refill(self, framework: str, env: dict[str, str], python: str | None = None) -> None:
         """Start a waiting child for the framework unless a live one is there already."""
+        with self._lock:
+            self._refill(framework, env, python)
+
+    def _refill(self, framework: str, env: dict[str, str], python: str | None) -> None:
         current = self._waiting.get(framework)
         if current is not None and current[0].poll() is None:
             return
@@ -53,7 +60,8 @@ class StandbyPool:
     ) -> tuple[subprocess.Popen[bytes], int] | None:
         """Hand the job to the waiting child: it and its report pipe's read end; None when
         there is none (start a cold one)."""
-        waiting = self._waiting.pop(framework, None)
+        with self._lock:
+            waiting = self._waiting.pop(framework, None)
         if waiting is None:
             return None
         child, report = waiting
@@ -71,6 +79,10 @@ class StandbyPool:
         return child, report
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         for child, report in self._waiting.values():
             child.kill()
             os.close(report)

@@ -9,12 +9,15 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from app.core.config import get_settings
+from worker.calibration import measured_threads
 from worker.training.backend import Placement
 from worker.training.tf.cluster import multi_worker
 
-# Forward FLOPs of one replica's step below which TensorFlow's CPU step runs faster on one
+# Forward FLOPs of one replica's step below which TensorFlow's CPU step may run faster on one
 # intra-op thread than on several: its ops are too small to pay for handing out their shards
-# (BENCHMARKS.md, "TensorFlow's step on one thread"). PyTorch's OpenMP pool gains from every
+# on some CPUs (BENCHMARKS.md, "TensorFlow's step on one thread"), not on others; which, the
+# worker measures once per box (worker.calibration). PyTorch's OpenMP pool gains from every
 # core even at batch 8, so only this back-end has such a floor.
 SHARED_STEP_FLOPS = 2**29
 
@@ -68,12 +71,13 @@ def distribute_epoch(
 
 
 def fitted_to_step(placement: Placement, step_flops: int) -> Placement:
-    """The supervisor's threads, or one intra-op thread where a lone CPU replica's step is
-    too small to share (SHARED_STEP_FLOPS). Several replicas keep theirs: their ops run side
-    by side in the one pool."""
+    """The supervisor's threads, or, where a lone CPU replica's step is small
+    (SHARED_STEP_FLOPS), the count measured fastest for such a step on this box (one until
+    measured). Several replicas keep theirs: their ops run side by side in the one pool."""
     alone = placement.replicas == 1 and not placement.gpus and not placement.peers
     if alone and placement.threads and step_flops < SHARED_STEP_FLOPS:
-        return dataclasses.replace(placement, threads=1)
+        measured = measured_threads(get_settings().resolved_cache_dir, placement.threads)
+        return dataclasses.replace(placement, threads=measured or 1)
     return placement
 
 
