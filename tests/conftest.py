@@ -6,7 +6,9 @@ not go green without having talked to them.
 
 from __future__ import annotations
 
+import os
 import secrets
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,8 +29,18 @@ from tests.helpers import (
     migrate_sqlite,
     pick_redis_db,
 )
+from worker.calibration import measured_threads, record
 
 LONG_MODULES = ("tests/e2e/", "tests/packaging/", "tests/worker/training/")
+# Every worker the tests start finds its box measured, with the answer of a box never measured
+# (a small TensorFlow step on one thread), so no worker spends half a minute measuring and
+# the suite behaves alike on every machine; tests/worker/test_calibration.py measures for real.
+MEASURED_CACHE = Path(tempfile.gettempdir()) / f"epochal-tests-cache-{os.getuid()}"
+os.environ.setdefault("EPOCHAL_CACHE_DIR", str(MEASURED_CACHE))
+if os.environ["EPOCHAL_CACHE_DIR"] == str(MEASURED_CACHE):
+    for cpus in range(2, max(os.cpu_count() or 1, 8) + 1):
+        if measured_threads(MEASURED_CACHE, cpus) is None:
+            record(MEASURED_CACHE, cpus, 1, {})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

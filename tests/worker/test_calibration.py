@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.core.config import get_settings
+from worker import calibration
 from worker.calibration import (
     CALIBRATION_FILE,
     box_key,
@@ -34,7 +35,10 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     get_settings.cache_clear()
 
 
-def test_a_box_not_measured_is_measured_then_warmed_up(cache: Path) -> None:
+def test_a_box_not_measured_is_measured_then_warmed_up(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(calibration, "ROUNDS", 1)  # one process per count is enough here
     warmed = threading.Event()
     settings = get_settings()
     assert calibrate_then(settings, 2, threading.Thread(target=warmed.set))

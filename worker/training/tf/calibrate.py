@@ -21,7 +21,7 @@ from worker.training.tf.backend import TFBackend
 from worker.training.tf.strategy import use_threads
 
 SAMPLES, FEATURES, CLASSES = 16384, 784, 10  # more than a CPU cache holds, as a real data set
-EPOCHS = 8
+EPOCHS = 20
 
 
 def epoch_seconds(threads: int) -> float:
