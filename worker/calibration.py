@@ -73,7 +73,8 @@ def calibrate(folder: Path, budget: int, python: str) -> int:
             seconds[threads] = min(seconds[threads], _epoch_seconds(python, threads))
         best = budget if seconds[budget] < seconds[1] * (1 - SAME_SPEED) else 1
         record(folder, budget, best, seconds)
-    log.info("TensorFlow's small step: %s s an epoch by thread count; %d chosen", seconds, best)
+    rounded = {count: round(value, 4) for count, value in seconds.items()}
+    log.info("TensorFlow's small step: %s s an epoch by thread count; %d chosen", rounded, best)
     return best
 
 
