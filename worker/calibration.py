@@ -1,8 +1,8 @@
 """TensorFlow's small-step thread count, measured once per box when a worker starts.
 
-Which count wins depends on the CPU, not only on the step: on one 2-core VM the seed's model
-trained 15 % faster on one intra-op thread, on another 3-10 % slower (BENCHMARKS.md,
-"TensorFlow's small step, measured per box"). TensorFlow fixes its pools when its runtime
+Which count wins depends on the CPU, not only on the step: of two 2-core VMs, one trained the
+seed's model faster on one intra-op thread, the other on two (BENCHMARKS.md, "TensorFlow's
+small step, measured per box"). TensorFlow fixes its pools when its runtime
 starts, so each count is timed in a process of its own (worker.training.tf.calibrate, the
 back-end's own step), and the faster one is written down for this CPU model, CPU count and
 TensorFlow version in the cache folder, which the TensorFlow back-end reads.
