@@ -2,7 +2,7 @@
 
 Which count wins depends on the CPU, not only on the step: of two 2-core VMs, one trained the
 seed's model faster on one intra-op thread, the other on two (BENCHMARKS.md, "TensorFlow's
-small step, measured per box"). TensorFlow fixes its pools when its runtime
+small step measured per box"). TensorFlow fixes its pools when its runtime
 starts, so each count is timed in a process of its own (worker.training.tf.calibrate, the
 back-end's own step), and the faster one is written down for this CPU model, CPU count and
 TensorFlow version in the cache folder, which the TensorFlow back-end reads.
