@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.core.config import get_settings
+from tests.helpers import scaled
 from worker import calibration
 from worker.calibration import (
     CALIBRATION_FILE,
@@ -42,7 +43,7 @@ def test_a_box_not_measured_is_measured_then_warmed_up(
     warmed = threading.Event()
     settings = get_settings()
     assert calibrate_then(settings, 2, threading.Thread(target=warmed.set))
-    assert warmed.wait(300)  # the warm-up starts only once both counts are timed
+    assert warmed.wait(scaled(300))  # the warm-up starts only once both counts are timed
     answer = json.loads((cache / CALIBRATION_FILE).read_text())[box_key(2)]
     assert answer["threads"] in (1, 2)
     assert set(answer["epoch_seconds"]) == {"1", "2"}
