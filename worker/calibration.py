@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -43,7 +44,9 @@ def calibrate_then(settings: Settings, budget: int, then: threading.Thread) -> b
     """Measure this box in the background when its answer is missing, then start `then`
     (the warm-up); False (and nothing started) when there is nothing to measure."""
     folder = settings.resolved_cache_dir
-    if budget < 2 or tensorflow_version() == "none" or measured_threads(folder, budget):
+    if budget < 2 or tensorflow_version() == "none":
+        return False
+    if measured_threads(folder, budget) is not None:
         return False
 
     def measure_then_warm() -> None:
@@ -136,6 +139,7 @@ def box_key(cpus: int) -> str:
     return f"{model} | {cpus} CPUs | tensorflow {tensorflow_version()}"
 
 
+@functools.cache  # read at each worker start and in each TensorFlow child: look it up once
 def tensorflow_version() -> str:
     """The installed TensorFlow's version, without importing it ("none": not installed)."""
     for name in ("tensorflow", "tensorflow-cpu"):
