@@ -217,27 +217,25 @@ def run_attempt(
         log.info("resuming from the checkpoint of epoch %d", state.epoch)
     if backend.agree(state.epoch) != -backend.agree(-state.epoch):  # ranks would not match up
         raise RuntimeError("the ranks resumed from different epochs; no rank trains alone")
-    with checkpointer:  # its last checkpoint is named by `latest` before the outcome is told
-        started = time.perf_counter()
-        fitted = fit(backend, state, callbacks, validate)
-        seconds = time.perf_counter() - started
-        reason = fitted.stop_reason
-        if reason == StopReason.non_finite_loss:  # the last good checkpoint stays the latest
-            return Outcome.stopped(reason, fitted.stop_detail or "non-finite loss")
-        checkpointer.save(state, behind=True)  # the final state, whatever stopped us
-        requeued = (StopReason.shutdown, StopReason.preempted)
-        if reason in requeued and state.epoch >= state.epochs:
-            reason = None  # every epoch was done already: finish the job here
-        if reason in (*requeued, StopReason.cancelled, StopReason.timeout):
-            detail = f"stopped after epoch {state.epoch} of {state.epochs}"
-            errors = dict.fromkeys(requeued, detail) | {StopReason.timeout: f"{detail} (timeout)"}
-            return Outcome.stopped(reason, errors.get(reason))  # a clean cancel is no error
-        try:  # the export, beside the last checkpoint's fsyncs
-            logs = fitted.logs
-            result = finish(spec, backend, splits, state, logs, seconds, workdir, timings, job_id)
-        except ExportError as exc:  # the job fails loudly rather than ship a model that differs
-            return Outcome.failure(ErrorCode.internal_error, str(exc))
-        checkpointer.wait()
+    started = time.perf_counter()
+    fitted = fit(backend, state, callbacks, validate)
+    seconds = time.perf_counter() - started
+    reason = fitted.stop_reason
+    if reason == StopReason.non_finite_loss:  # the last good checkpoint stays the latest
+        return Outcome.stopped(reason, fitted.stop_detail or "non-finite loss")
+    checkpointer.save(state)  # the final state, whatever stopped us (cancel, timeout, done)
+    requeued = (StopReason.shutdown, StopReason.preempted)
+    if reason in requeued and state.epoch >= state.epochs:
+        reason = None  # every epoch was done already: finish the job here
+    if reason in (*requeued, StopReason.cancelled, StopReason.timeout):
+        detail = f"stopped after epoch {state.epoch} of {state.epochs}"
+        errors = dict.fromkeys(requeued, detail) | {StopReason.timeout: f"{detail} (timeout)"}
+        return Outcome.stopped(reason, errors.get(reason))  # a clean cancel is no error
+    try:
+        logs = fitted.logs
+        result = finish(spec, backend, splits, state, logs, seconds, workdir, timings, job_id)
+    except ExportError as exc:  # the job fails loudly rather than ship a model that differs
+        return Outcome.failure(ErrorCode.internal_error, str(exc))
     timings |= {"fit_s": seconds, "checkpoint_s": checkpointer.seconds}
     result["timings"] = {k: round(v, 4) for k, v in timings.items()}
     return Outcome(JobStatus.succeeded, reason or StopReason.completed, result=result)

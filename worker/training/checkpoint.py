@@ -7,11 +7,6 @@ any moment leaves the previous checkpoint intact (RELIABILITY.md P32). Every fil
 directory and its parent are fsynced before `latest` moves, so a power cut cannot leave `latest`
 naming files still in the page cache; a manifest of sizes lets a torn one be recognized, and
 restoring falls back to the newest checkpoint that is whole.
-
-The loop waits only for the files to be written: the fsyncs and the move of `latest` (most of a
-small checkpoint's cost is fsync's wait on the disk) run on a thread beside the next epoch, one
-checkpoint at a time, and the next save or the attempt's end waits for them. A crash in between
-resumes from the checkpoint before, whose epochs' rows a resumed attempt replays anyway (P35).
 """
 
 from __future__ import annotations
@@ -22,9 +17,7 @@ import logging
 import os
 import shutil
 import tarfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +40,7 @@ class Checkpointer(Callback):
         self.root, self.backend, self.every, self.keep = root, backend, every, keep
         self.callbacks: list[Callback] = []
         self.saved_epoch = 0
-        self.seconds = 0.0  # the loop's wait for checkpoints (reported in the job's timings)
-        self.sealing: Behind | None = None  # the last checkpoint's fsyncs, if not yet done
+        self.seconds = 0.0  # spent writing checkpoints (reported in the job's timings)
 
     def watch(self, callbacks: CallbackList) -> None:
         """The callbacks whose state goes into each checkpoint."""
@@ -56,35 +48,16 @@ class Checkpointer(Callback):
 
     def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
         if state.epoch % self.every == 0 and not _stopped_badly(state):
-            self.save(state, behind=True)
+            self.save(state)
 
-    def save(self, state: TrainState, behind: bool = False) -> None:
-        """Checkpoint `state` (once per epoch), durable and named by `latest` on return; with
-        `behind`, its fsyncs and `latest` follow on a thread (wait() for them)."""
-        self.wait()  # `latest` moves in epoch order, and a full disk is told here
-        if self.backend.is_main and state.epoch not in (0, self.saved_epoch):
-            started = time.perf_counter()
-            self.sealing = Behind(self._write(state))
-            self.seconds += time.perf_counter() - started
-            if not behind:
-                self.wait()
+    def save(self, state: TrainState) -> None:
+        if not self.backend.is_main or state.epoch == 0 or state.epoch == self.saved_epoch:
+            return
+        started = time.perf_counter()
+        self._write(state)
+        self.seconds += time.perf_counter() - started
 
-    def wait(self) -> None:
-        """Until the checkpoint being sealed is named by `latest`; its failure raises here."""
-        sealing, self.sealing = self.sealing, None
-        if sealing is not None:
-            started = time.perf_counter()
-            sealing.wait()
-            self.seconds += time.perf_counter() - started
-
-    def __enter__(self) -> Checkpointer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wait()
-
-    def _write(self, state: TrainState) -> Callable[[], None]:
-        """Write the checkpoint's files; what is left to do (fsync, rename, `latest`)."""
+    def _write(self, state: TrainState) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"epoch-{state.epoch:04d}"
         tmp = self.root / f".tmp-{final.name}-{os.getpid()}"
@@ -97,18 +70,13 @@ class Checkpointer(Callback):
             for cb in self.callbacks:
                 cb.save_arrays(tmp)
             (tmp / LOOP_STATE).write_text(json.dumps(self._loop_state(state)))
+            _seal(tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            _fsync_dir(self.root)
+            _write_atomic(latest_pointer(self.root), final.name)
         self.saved_epoch = state.epoch
-
-        def publish() -> None:
-            with undone_if_full(self.root, lambda: self._discard(tmp, final)):
-                _seal(tmp)
-                shutil.rmtree(final, ignore_errors=True)
-                os.replace(tmp, final)
-                _fsync_dir(self.root)
-                _write_atomic(latest_pointer(self.root), final.name)
-            self._prune(keep_name=final.name)
-
-        return publish
+        self._prune(keep_name=final.name)
 
     def _discard(self, tmp: Path, final: Path) -> None:
         """Remove a failed write's files: its temporary directory, the pointer's temporary
@@ -156,27 +124,6 @@ class Checkpointer(Callback):
         done = sorted(p for p in self.root.glob("epoch-*") if p.name != keep_name)
         for old in done[: max(len(done) - (self.keep - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
-
-
-class Behind(threading.Thread):
-    """One piece of work on a thread of its own; wait() joins it and raises what it raised."""
-
-    def __init__(self, work: Callable[[], None]) -> None:
-        super().__init__(name="checkpoint-seal", daemon=True)
-        self.work = work
-        self.error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.work()
-        except BaseException as exc:  # handed to the loop's thread by wait()
-            self.error = exc
-
-    def wait(self) -> None:
-        self.join()
-        if self.error is not None:
-            raise self.error
 
 
 def _stopped_badly(state: TrainState) -> bool:

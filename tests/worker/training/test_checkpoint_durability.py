@@ -1,23 +1,15 @@
 """Checkpoints survive power cuts and torn writes: everything is fsynced before `latest` moves,
-and a torn latest checkpoint is skipped for the one before it (a real PyTorch attempt). The
-fsyncs run beside the next epoch, and a failure there is told to the loop at its next save."""
+and a torn latest checkpoint is skipped for the one before it (a real PyTorch attempt)."""
 
 from __future__ import annotations
 
-import errno
 import os
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from app.domain.job_files import latest_pointer
 from tests.worker.training.inprocess import KillBefore, Killed, make_spec, run_spec
-from tests.worker.training.test_checkpoint_share import FileBackend
-from worker.protocol import DiskFull
-from worker.training.callbacks import TrainState
-from worker.training.checkpoint import MANIFEST, Checkpointer, latest_checkpoint, latest_epoch
+from worker.training.checkpoint import MANIFEST, latest_checkpoint, latest_epoch
 
 pytestmark = pytest.mark.torch
 FIELDS = {"dataset": {"name": "digits", "limit": 300}, "training": {"epochs": 5}}
@@ -75,56 +67,3 @@ def test_files_and_directories_are_fsynced_before_latest_moves(
     root_synced = [i for i, (kind, what) in enumerate(events) if what == str(root)]
     assert any(into_place < i < latest_moved for i in root_synced)  # the rename itself
     assert any(i > latest_moved for i in root_synced)  # and latest's
-
-
-def any_backend() -> Any:
-    return FileBackend()
-
-
-def test_the_loop_goes_on_while_a_checkpoint_is_fsynced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root, held, release = tmp_path / "checkpoints", threading.Event(), threading.Event()
-    real_fsync = os.fsync
-
-    def slow_disk(fd: int) -> None:  # the sealing thread's fsyncs wait for the test
-        if threading.current_thread() is not threading.main_thread():
-            held.set()
-            release.wait(60)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", slow_disk)
-    checkpointer = Checkpointer(root, any_backend(), every=1)
-    checkpointer.on_epoch_end(TrainState(epochs=3, learning_rate=0.1, epoch=1), {})
-    assert held.wait(60)  # the end of epoch 1 returned to the loop while its fsyncs wait
-    assert not latest_pointer(root).exists() and latest_epoch(root) == 0
-    release.set()
-    checkpointer.wait()
-    assert latest_epoch(root) == 1 and sorted(p.name for p in root.iterdir()) == [
-        "epoch-0001",
-        "latest",
-    ]
-
-
-def test_a_disk_that_fails_under_the_fsyncs_is_told_at_the_next_save(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root = tmp_path / "checkpoints"
-    checkpointer = Checkpointer(root, any_backend(), every=1)
-    checkpointer.save(TrainState(epochs=3, learning_rate=0.1, epoch=1))
-    assert latest_epoch(root) == 1  # a plain save is durable and named on return
-
-    def full(fd: int) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(os, "fsync", full)
-    checkpointer.on_epoch_end(TrainState(epochs=3, learning_rate=0.1, epoch=2), {})
-    sealing = checkpointer.sealing
-    assert sealing is not None
-    sealing.join()  # it failed on its thread; the loop has not heard yet
-    monkeypatch.undo()
-    with pytest.raises(DiskFull):
-        checkpointer.on_epoch_end(TrainState(epochs=3, learning_rate=0.1, epoch=3), {})
-    # What epoch 2 left is gone, `latest` still names epoch 1, and epoch 3 was never begun.
-    assert sorted(p.name for p in root.iterdir()) == ["epoch-0001", "latest"]
-    assert latest_epoch(root) == 1
