@@ -74,6 +74,7 @@ def _start_background(sender: Any = None, **_: Any) -> None:
 @signals.worker_shutting_down.connect
 def _stop_running_jobs(**_: Any) -> None:
     """Warm shutdown would wait out the job: its supervisor stops and re-queues it instead."""
+    shutdown.end_within(shutdown.shutdown_bound(get_settings()))
     for pool in _pools:
         try:
             pids = pool.info.get("processes", [])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
 from pathlib import Path
 
 from worker.protocol import CHILD_MODULE
@@ -47,12 +49,30 @@ def training_processes_of(home: Path) -> list[int]:
     ]
 
 
-def processes_of(home: Path) -> dict[int, str]:
-    """Every live process whose environment says EPOCHAL_HOME=home, with its command line: what
-    a service on that home started, wherever it was re-parented. Celery's process title
-    overwrites its environment, so its worker and pool are not among them."""
+def processes_of(home: Path, sessions: Collection[int] = ()) -> dict[int, str]:
+    """Every live process whose environment says EPOCHAL_HOME=home, or in one of `sessions`,
+    with its command line: what a service on that home started, wherever it was re-parented.
+    Celery's process title overwrites its environment: its worker and pool are found by session."""
     homes = _home_entries(home)
-    return {pid: cmdline(pid) for pid in _pids() if _environ(pid) & homes and alive(pid)}
+    return {
+        pid: cmdline(pid)
+        for pid in _pids()
+        if (_environ(pid) & homes or _session(pid) in sessions) and alive(pid)
+    }
+
+
+def sessions_of(home: Path) -> set[int]:
+    """The sessions the `up` on `home` recorded (it and each child it started lead one)."""
+    try:
+        entries = json.loads((home / "up.pids.json").read_text())["processes"]
+        return {int(entry["pid"]) for entry in entries}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def _session(pid: int) -> int | None:
+    stat = _read(Path(f"/proc/{pid}/stat"))
+    return int(stat.rsplit(")", 1)[1].split()[3]) if stat else None
 
 
 def _home_entries(home: Path) -> set[bytes]:

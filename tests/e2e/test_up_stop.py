@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.procs import processes_of
+from tests.e2e.procs import processes_of, sessions_of
 from tests.e2e.test_up import STOP_WITHIN, _healthy, up_env
 from tests.helpers import ROOT, as_background_job, free_port, scaled, wait_until
 
@@ -52,7 +52,9 @@ STOPS = [
 ]
 
 
-def launch(home: Path, port: int, via_make: bool, log: Path) -> subprocess.Popen[bytes]:
+def launch(
+    home: Path, port: int, via_make: bool, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """`make run` (its install step taken as done, the test's interpreter's `epochal`), or
     `python -m app.cli up`, as the leader of a process group of its own."""
     if via_make:
@@ -64,7 +66,7 @@ def launch(home: Path, port: int, via_make: bool, log: Path) -> subprocess.Popen
         return subprocess.Popen(
             argv,
             cwd=ROOT,
-            env=up_env(home, port),
+            env=up_env(home, port) | (env or {}),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # setsid make run: a process group of its own
@@ -87,24 +89,27 @@ def stop_and_check(stop: Stop, home: Path, tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     leader = launch(home, port, stop.via_make, tmp_path / "up.out")
+    sessions: set[int] = set()
     try:
         if stop.starting:
             wait_until(lambda: _api_started(home), 60, "the API process", interval=0.005)
         else:
             wait_until(lambda: _all_running(home, url), 90, "the API and a warm child")
+        sessions = sessions_of(home)  # the API's and the worker's, once started
         for n in range(stop.times):
             time.sleep(stop.gap if n else 0)
             if stop.via_make:
                 os.killpg(leader.pid, stop.signum)
             else:
                 leader.send_signal(stop.signum)
+        sessions |= sessions_of(home)  # a child started since (the file goes with a clean stop)
         deadline = time.monotonic() + scaled(STOP_WITHIN)
         leader.wait(timeout=scaled(STOP_WITHIN))
-        while processes_of(home) and time.monotonic() < deadline:
+        while processes_of(home, sessions) and time.monotonic() < deadline:
             time.sleep(0.2)
-        left = processes_of(home)
+        left = processes_of(home, sessions)
     finally:
-        kill_all(home)
+        kill_all(home, sessions | sessions_of(home))
         if leader.poll() is None:
             os.killpg(leader.pid, signal.SIGKILL)
             leader.wait()
@@ -113,9 +118,9 @@ def stop_and_check(stop: Stop, home: Path, tmp_path: Path) -> None:
     assert not (home / "up.pids.json").exists(), f"{stop}: the pid file stayed\n{output}"
 
 
-def kill_all(home: Path) -> None:
+def kill_all(home: Path, sessions: set[int]) -> None:
     """After a failure: whatever still runs on the home."""
-    for pid in processes_of(home):
+    for pid in processes_of(home, sessions):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -131,11 +136,16 @@ def test_every_way_of_stopping_stops_everything(tmp_path: Path) -> None:
 def test_the_next_up_names_what_a_killed_up_left(tmp_path: Path) -> None:
     home, port = tmp_path / "home", free_port()
     url = f"http://127.0.0.1:{port}"
-    first = launch(home, port, via_make=False, log=tmp_path / "first.out")
+    # No job runs: a worker's warm shutdown is bounded by the graces (end_within) well inside
+    # STOP_WITHIN, when Celery's pool would wait forever.
+    graces = {"EPOCHAL_CANCEL_GRACE_SECONDS": "5", "EPOCHAL_KILL_GRACE_SECONDS": "5"}
+    first = launch(home, port, via_make=False, log=tmp_path / "first.out", env=graces)
+    sessions: set[int] = set()
     try:
         wait_until(lambda: _all_running(home, url), 90, "the API and a warm child")
         first.kill()  # SIGKILL: nothing stops its children, in sessions of their own
         first.wait()
+        sessions = sessions_of(home)
         left = processes_of(home)
         assert any("app.cli api" in cmd for cmd in left.values()), left
 
@@ -156,6 +166,8 @@ def test_the_next_up_names_what_a_killed_up_left(tmp_path: Path) -> None:
 
         how = message.split("stop them first: ", 1)[1]  # as told: kill -TERM -- -PGID …
         subprocess.run(["bash", "-c", how], check=True)
-        wait_until(lambda: not processes_of(home), STOP_WITHIN, "what the killed up left to end")
+        wait_until(
+            lambda: not processes_of(home, sessions), STOP_WITHIN, "what the killed up left to end"
+        )
     finally:
-        kill_all(home)
+        kill_all(home, sessions)

@@ -14,13 +14,17 @@ process runs next (another worker, the API, the next `epochal up`) sends the job
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterable
 
 from sqlalchemy.orm import Session
 
+from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain.states import ErrorCode, JobStatus
@@ -28,7 +32,13 @@ from app.domain.tables import Job
 from worker.protocol import Outcome
 
 SHUTDOWN_SIGNAL = signal.SIGUSR2  # main process -> pool process; Celery uses neither USR2 there
+# After the child's grace and SIGKILL, the supervisor's re-queue (one transaction) and the pool's
+# join need seconds, not more.
+SHUTDOWN_MARGIN_SECONDS = 10.0
+STUCK_SHUTDOWN_EXIT = 70  # EX_SOFTWARE: the main process ended itself, its shutdown stuck
 _requested = threading.Event()
+_bounded = threading.Event()
+logger = logging.getLogger(__name__)
 
 
 def listen() -> None:
@@ -50,6 +60,31 @@ def notify(pool_pids: Iterable[int]) -> None:
     for pid in pool_pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, SHUTDOWN_SIGNAL)
+
+
+def shutdown_bound(settings: Settings) -> float:
+    """Seconds a worker's warm shutdown may take: a running job's stop, then the margin."""
+    return settings.cancel_grace_seconds + settings.kill_grace_seconds + SHUTDOWN_MARGIN_SECONDS
+
+
+def end_within(seconds: float) -> None:
+    """In the worker's main process: end it after `seconds` if its shutdown has not by then.
+
+    A pool process that dies while it starts (a SIGTERM to the worker's whole group during its
+    warm-up) can leave billiard's task handler blocked on a queue lock that process held, and
+    the main process then waits for that handler forever. A second stop signal changes nothing.
+    """
+    if _bounded.is_set():
+        return
+    _bounded.set()
+
+    def _end() -> None:
+        time.sleep(seconds)
+        logger.error("warm shutdown still running after %gs: the worker exits", seconds)
+        sys.stderr.flush()
+        os._exit(STUCK_SHUTDOWN_EXIT)
+
+    threading.Thread(target=_end, name="shutdown-bound", daemon=True).start()
 
 
 def requeue(session: Session, job: Job, outcome: Outcome) -> bool:
