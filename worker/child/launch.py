@@ -28,7 +28,6 @@ from pathlib import Path
 from setproctitle import setproctitle
 
 from app.core.config import get_settings
-from app.core.db import get_engine
 from app.core.log_setup import configure_logging
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, StopReason
@@ -195,7 +194,7 @@ def wait_for_assignment(framework: str) -> Assignment:
     idle_while_waiting()  # the supervisor puts it back when it hands over a job
     importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
     importlib.import_module("worker.child.attempt")
-    get_engine()  # its database driver and dialect, ~0.2 s (it connects on first use)
+    importlib.import_module("worker.child.sinks").warm_up()  # its connection and statements
     with contextlib.suppress(ImportError):  # what a sweep's trial reports to, ~0.7 s
         importlib.import_module("optuna")
     importlib.import_module("worker.training.onnx_export").preload()  # the job's last step

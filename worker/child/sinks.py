@@ -10,10 +10,13 @@ either has stopped this process, and a write of ours that lands later changes no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from sqlalchemy.exc import DBAPIError
 
 from app.core.config import get_settings
 from app.core.db import retrying, session_scope
@@ -107,3 +110,16 @@ def forget_epochs_after(job_id: str, attempt: int, epoch: int) -> int:
     if gone is None:
         raise _lost(job_id, attempt)
     return gone
+
+
+def warm_up() -> None:
+    """In a warm child: connect, and run a job's first statements for a job id none has.
+
+    Every write here is fenced by attempt, so nothing changes; the connection (kept, one per
+    warm child) and the statements compiled are what a job's start and first row would
+    otherwise pay. A database away now is met again, and retried, by the job.
+    """
+    with contextlib.suppress(DBAPIError), session_scope() as session:
+        epoch_rows.record_epoch(session, "", 0, 0, {}, (1, None))
+        epoch_rows.drop_metrics_after(session, "", 0, 0)
+        sweeps.trial_of(session, "")
