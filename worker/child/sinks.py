@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
-from app.core.db import retrying, session_scope
+from app.core.db import read_engine, retrying, session_scope
 from app.domain import epoch_rows, sweeps
 from app.domain.states import StopReason
 from worker.training.callbacks import Callback, Logs, TrainState
@@ -115,11 +116,12 @@ def forget_epochs_after(job_id: str, attempt: int, epoch: int) -> int:
 def warm_up() -> None:
     """In a warm child: connect, and run a job's first statements for a job id none has.
 
-    Every write here is fenced by attempt, so nothing changes; the connection (kept, one per
-    warm child) and the statements compiled are what a job's start and first row would
-    otherwise pay. A database away now is met again, and retried, by the job.
+    Each statement matches no row and runs on its own (the read engine: no write lock held
+    by a process at idle priority). The connection (kept, one per warm child) and the
+    statements compiled are what a job's start and first row would otherwise pay. A database
+    away now is met again, and retried, by the job.
     """
-    with contextlib.suppress(DBAPIError), session_scope() as session:
+    with contextlib.suppress(DBAPIError), Session(read_engine()) as session:
         epoch_rows.record_epoch(session, "", 0, 0, {}, (1, None))
         epoch_rows.drop_metrics_after(session, "", 0, 0)
         sweeps.trial_of(session, "")
