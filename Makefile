@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # it started (API, worker, training child), so two at a time fit two cores. TEST_JOBS=1: serial.
 TEST_JOBS ?= 2
 
-.PHONY: install run test lint bench bench-gpu gpu-smoke clean data
+.PHONY: install run test lint docs bench bench-gpu gpu-smoke clean data
 
 install: $(STAMP) data
 
@@ -48,6 +48,10 @@ lint: install
 	$(BIN)/ruff check app worker client migrations tools tests benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/python -m mypy
+
+# The docs site (docs/, mkdocs.yml) into site/; --strict fails on a broken link, anchor or page.
+docs: install
+	$(BIN)/mkdocs build --strict
 
 bench: install
 	$(BIN)/python -m benchmarks

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 RUNNABLE = {"sh": "sh", "bash": "sh", "shell": "sh", "python": "python", "py": "python"}
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 NO_TEST = re.compile(r"^\s*<!--\s*no-test:(?P<reason>.*?)-->\s*$")
@@ -24,7 +25,9 @@ class Block:
 
     @property
     def name(self) -> str:
-        return f"{self.path.name}:{self.line}"
+        """`docs/guide/cli.md:12`: the file (from the repository root) and the fence's line."""
+        where = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{where}:{self.line}"
 
 
 def blocks(path: Path) -> list[Block]:

@@ -1,8 +1,8 @@
-"""README's generated sections: the job spec reference (from the Pydantic schema, every graph
-op and its fields included) and the CLI one.
+"""The docs site's generated references: the job spec and the graph ops (from the Pydantic
+schema) and the CLI (from the Typer app), each in the marked section of its page under docs/.
 
-python -m tools.spec_reference          rewrite the marked sections of README.md
-python -m tools.spec_reference --check  exit 1 if README.md is out of date (tests run this)
+python -m tools.spec_reference          rewrite the marked sections of the reference pages
+python -m tools.spec_reference --check  exit 1 if a page is out of date (tests run this)
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,14 @@ from app.schemas import job_spec
 from app.schemas.graph import OPS, Op
 from app.schemas.job_spec import JobSpec
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "docs" / "references"
+# Each generated section (its marker) and the page that holds it.
+PAGES = {
+    "spec-reference": REFERENCE / "spec.md",
+    "ops-reference": REFERENCE / "ops.md",
+    "cli-reference": REFERENCE / "cli.md",
+}
 BOUNDS = {
     "minimum": "≥ {}",
     "exclusiveMinimum": "> {}",
@@ -146,8 +153,30 @@ def spec_reference() -> str:
     for name in order:
         if name not in OP_OF_SCHEMA:
             lines += _section(name, schema if name == "JobSpec" else defs[name])
-    lines += _op_sections(defs)
-    return "\n".join(lines).rstrip() + "\n"
+    return _linked("\n".join(lines).rstrip() + "\n", "ops.md")
+
+
+def ops_reference() -> str:
+    """Markdown tables: the fields every layer has, then each graph op's own."""
+    defs = JobSpec.model_json_schema().get("$defs", {})
+    lines = ["Generated from the Pydantic schema of each op.\n", *_op_sections(defs)]
+    return _linked("\n".join(lines).rstrip() + "\n", "spec.md")
+
+
+def _linked(page: str, other: str) -> str:
+    """The page with each link to a heading it lacks pointed at the other reference page."""
+    own = {_slug(heading) for heading in re.findall(r"^#### (.+)$", page, re.MULTILINE)}
+
+    def point(match: re.Match[str]) -> str:
+        anchor = match.group(1)
+        return match.group(0) if anchor in own else f"]({other}#{anchor})"
+
+    return re.sub(r"\]\(#([\w-]+)\)", point, page)
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor, as GitHub and the docs site make it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def _usage(path: str, command: Any) -> str:
@@ -182,30 +211,48 @@ def cli_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+GENERATORS: dict[str, Callable[[], str]] = {
+    "spec-reference": spec_reference,
+    "ops-reference": ops_reference,
+    "cli-reference": cli_reference,
+}
+
+
+def _pattern(marker: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- BEGIN {marker}[^>]*-->\n).*?(<!-- END {marker} -->)", re.DOTALL)
+
+
 def rewrite(text: str) -> str:
-    """README text with each generated section replaced by its current content."""
-    for marker, content in (
-        ("spec-reference", spec_reference()),
-        ("cli-reference", cli_reference()),
-    ):
-        pattern = re.compile(
-            rf"(<!-- BEGIN {marker}[^>]*-->\n).*?(<!-- END {marker} -->)", re.DOTALL
-        )
-        if not pattern.search(text):
-            raise SystemExit(f"README.md has no <!-- BEGIN {marker} --> … <!-- END --> section")
-        text = pattern.sub(lambda m, c=content: m.group(1) + c + m.group(2), text)
+    """A page's text with each generated section it holds replaced by its current content."""
+    found = [marker for marker in GENERATORS if _pattern(marker).search(text)]
+    if not found:
+        raise SystemExit("no <!-- BEGIN …-reference --> … <!-- END --> section in the page")
+    for marker in found:
+        content = GENERATORS[marker]()
+
+        def fill(match: re.Match[str], content: str = content) -> str:
+            return match.group(1) + content + match.group(2)
+
+        text = _pattern(marker).sub(fill, text)
     return text
 
 
 def main(argv: list[str]) -> int:
-    current = README.read_text()
-    updated = rewrite(current)
-    if "--check" in argv:
-        if updated != current:
-            print("README.md is out of date: run python -m tools.spec_reference", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(updated)
+    stale = []
+    for marker, page in PAGES.items():
+        current = page.read_text()
+        if not _pattern(marker).search(current):
+            raise SystemExit(f"{page.relative_to(ROOT)} has no <!-- BEGIN {marker} --> section")
+        updated = rewrite(current)
+        if updated == current:
+            continue
+        stale.append(str(page.relative_to(ROOT)))
+        if "--check" not in argv:
+            page.write_text(updated)
+    if stale and "--check" in argv:
+        stale_pages = ", ".join(stale)
+        print(f"out of date: {stale_pages}: run python -m tools.spec_reference", file=sys.stderr)
+        return 1
     return 0
 
 

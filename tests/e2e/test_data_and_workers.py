@@ -1,5 +1,5 @@
 """End to end with real processes: an uploaded data set trains in both frameworks, the model is
-downloaded and loaded exactly as the README says; and a job asking for more GPUs than any live
+downloaded and loaded exactly as the docs say; and a job asking for more GPUs than any live
 worker has waits, with the reason shown, while smaller jobs run.
 
 There is no GPU on this machine. One worker *declares* two GPUs (EPOCHAL_WORKER_GPUS="0,1"):
@@ -68,9 +68,10 @@ def test_a_job_needing_more_gpus_than_any_worker_waits_and_says_why(
     assert client.post(f"/v1/jobs/{big['id']}/cancel").json()["status"] == "cancelled"
 
 
-def readme_block(title: str) -> str:
-    """The README's python block that starts with `# {title}`, in "Loading a trained model"."""
-    section = (ROOT / "README.md").read_text().split("## Loading a trained model")[1]
+def guide_block(title: str) -> str:
+    """The predictions guide's python block starting `# {title}`, in "Loading a trained model"."""
+    guide = ROOT / "docs" / "guide" / "predictions.md"
+    section = guide.read_text().split("## Loading a trained model")[1]
     section = section.split("\n## ")[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     return next(b for b in blocks if b.startswith(f"# {title}"))
@@ -116,11 +117,11 @@ def test_upload_train_download_and_load_the_model(
     monkeypatch.chdir(tmp_path)
     names: dict[str, Any] = {"url": service.url, "key": service.api_key, "job_id": job["id"]}
     scope = names | {"x": x_test}
-    exec(readme_block(block), scope)  # noqa: S102 (our own README)
+    exec(guide_block(block), scope)  # noqa: S102 (our own docs)
     accuracy = float(np.mean(scope["predicted"] == y_test))
     assert abs(accuracy - done["result"]["test_accuracy"]) <= 0.01
     onnx_scope = names | {"x": x_test}  # raw rows: this upload is used as it is ("none")
-    exec(readme_block("ONNX Runtime"), onnx_scope)  # noqa: S102 (our own README)
+    exec(guide_block("ONNX Runtime"), onnx_scope)  # noqa: S102 (our own docs)
     assert float(np.mean(onnx_scope["predicted"] == y_test)) == done["result"]["test_accuracy"]
     assert onnx_scope["card"]["framework"] == framework
     assert client.delete(f"/v1/datasets/{dataset_id}").status_code == 204

@@ -1,8 +1,9 @@
-"""Every shell and Python block of README.md and DEPLOY.md, run as a user runs it: in a
-directory of its own (with `.epochal/api-key` and `examples/`), against a live embedded service
-on a port of its own (the blocks' `127.0.0.1:8000` becomes it; the CLI finds it through
-EPOCHAL_PORT), with `epochal` on PATH. A block that cannot run here says why on the line above
-it: `<!-- no-test: reason -->`. Each block's exit status must be 0 (curl with --fail-with-body).
+"""Every shell and Python block of README.md, the docs site's pages (docs/) and DEPLOY.md,
+run as a user runs it: in a directory of its own (with `.epochal/api-key` and `examples/`),
+against a live embedded service on a port of its own (the blocks' `127.0.0.1:8000` becomes it;
+the CLI finds it through EPOCHAL_PORT), with `epochal` on PATH. A block that cannot run here
+says why on the line above it: `<!-- no-test: reason -->`. Each block's exit status must be 0
+(curl with --fail-with-body).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.e2e
-DOCS = [ROOT / "README.md", ROOT / "DEPLOY.md"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "DEPLOY.md"]
 BLOCKS = [block for path in DOCS for block in blocks(path)]
 # Written for a real run, shrunk here: each text must still be in the docs (else they drifted).
 SHRINK = {

@@ -1,5 +1,5 @@
-"""README's Layout section against the tree: each package of app/, worker/ and the client names
-exactly its modules, and every path the section names exists.
+"""The Layout section of docs/architecture.md against the tree: each package of app/, worker/
+and the client names exactly its modules, and every path the section names exists.
 
 The section is a tree: a name per line, two spaces deeper per level, its description from
 column 22 on (continued on lines indented that far). A package's modules are its child lines
@@ -30,9 +30,9 @@ class Entry:
     children: list[str] = field(default_factory=list)
 
 
-def layout_block(readme: str) -> list[str]:
-    """The lines of the text block under README's `## Layout` heading."""
-    section = readme.split("\n## Layout\n", 1)[1]
+def layout_block(page: str) -> list[str]:
+    """The lines of the text block under the page's `## Layout` heading."""
+    section = page.split("\n## Layout\n", 1)[1]
     return section.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines()
 
 
@@ -99,17 +99,18 @@ def packages() -> list[Path]:
     return found
 
 
-TREE = parse_tree(layout_block((ROOT / "README.md").read_text()))
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+TREE = parse_tree(layout_block(ARCHITECTURE.read_text()))
 
 
 def test_every_path_the_layout_names_exists() -> None:
     missing = [str(path) for path in TREE if not (ROOT / path).exists()]
-    assert not missing, f"README's Layout names what does not exist: {missing}"
+    assert not missing, f"{ARCHITECTURE.name}'s Layout names what does not exist: {missing}"
 
 
 @pytest.mark.parametrize("package", packages(), ids=str)
 def test_each_package_names_exactly_its_modules(package: Path) -> None:
-    assert package in TREE, f"README's Layout has no line for {package}/"
+    assert package in TREE, f"{ARCHITECTURE.name}'s Layout has no line for {package}/"
     entry = TREE[package]
     data_dirs = [c for c in entry.children if not (ROOT / package / c / "__init__.py").exists()]
     data_dirs = [c for c in data_dirs if (ROOT / package / c).is_dir()]  # static/: not code
