@@ -1,4 +1,4 @@
-"""What a hostile user with a valid key sends (issue 25), built small here and scaled by the
+"""What a hostile user with a valid key sends, built small here and scaled by the
 caller: upload bombs, sweep spaces that cost the server, and a model whose rows cost GFLOPs.
 
 Nothing here holds the expanded data in this process: bombs are streamed through the
@@ -122,8 +122,7 @@ def combinations_sweep() -> dict[str, Any]:
 
 
 def many_choices_sweep(parameters: int = 8, choices: int = 256) -> dict[str, Any]:
-    """`parameters` x `choices` values, each a valid job alone (each one validated, and before
-    issue 25 each one admitted with two queries)."""
+    """`parameters` x `choices` values, each a valid job alone (each one validated)."""
     paths = [
         "training.seed", "training.epochs", "training.batch_size", "max_runtime_seconds",
         "optimizer.learning_rate", "max_queue_seconds", "regularization.l2", "model.dropout",

@@ -1,4 +1,4 @@
-"""Small exported models as the worker writes them (issue 15 contract): `model/model.onnx` that
+"""Small exported models as the worker writes them (its export contract): `model/model.onnx` that
 takes raw rows (normalization first, then flatten, then an MLP) and `model/model-card.json`.
 
 Built with the `onnx` package's helpers from random weights; `reference` computes the same

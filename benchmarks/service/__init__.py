@@ -1,1 +1,1 @@
-"""Service benchmarks (issue 7): queue latency, polling under load, overhead, growth."""
+"""Service benchmarks: queue latency, polling under load, overhead, growth."""

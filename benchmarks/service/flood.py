@@ -1,4 +1,4 @@
-"""Unauthenticated scrapers cannot degrade the service (issue 12): 200 clients scrape
+"""Unauthenticated scrapers cannot degrade the service: 200 clients scrape
 `GET /metrics` back to back while an authenticated client lists jobs 10 times a second, the
 API run as in production (PostgreSQL, 2 uvicorn workers) over 200 jobs x 100 epochs of history.
 The same probe alone first, in the same run, is the baseline. Both load generators are

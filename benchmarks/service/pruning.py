@@ -1,4 +1,4 @@
-"""The pruning benchmark (issue 13): the README's example sweep
+"""The pruning benchmark: the sweeps guide's example sweep
 (examples/sweeps/pytorch-fashion-hyperband.yaml: 24 trials over learning rate, width and L2 of
 a PyTorch MLP on Fashion-MNIST) with its Hyperband pruner against the same sampler and seed
 without pruning (epochs trained, best objective), and the sweep without pruning on one worker
@@ -85,7 +85,7 @@ def curve(client: httpx.Client, job_id: str, spec: dict[str, Any]) -> list[float
 
 
 def print_trials(sweep: dict[str, Any]) -> None:
-    """The pruned sweep as `epochal sweep show` draws it (README's worked example)."""
+    """The pruned sweep as `epochal sweep show` draws it (the sweeps guide's worked example)."""
     raw = {key: value for key, value in sweep.items() if key not in ("wall_s", "curves")}
     Console(width=130, force_terminal=False).print(trials_table(build(Sweep, raw)))
 

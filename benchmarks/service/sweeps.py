@@ -1,4 +1,4 @@
-"""Sweeps (issue 13): the controller's own cost, in-process against PostgreSQL + Redis with
+"""Sweeps: the controller's own cost, in-process against PostgreSQL + Redis with
 simulated trials (no training): per trial launched (the top-up after a trial ends: tell Optuna,
 ask for the next trial, store it as a job, publish it) and per epoch reported (report the
 value, ask the pruner, as the training process does), in ms and in SQL statements. The pruning

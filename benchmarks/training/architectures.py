@@ -1,4 +1,4 @@
-"""Graph models on Fashion-MNIST in both frameworks: what issue 24's graphs reach.
+"""Graph models on Fashion-MNIST in both frameworks: what the example graphs reach.
 
 `python -m benchmarks --only architectures [--quick]`:
 - the residual CNN of examples/residual-fashion-mnist.yaml through a live service (embedded
@@ -6,7 +6,7 @@
   samples/s per framework;
 - the MLP, a row-LSTM and a transformer over rows, in-process (the worker's own attempt), the
   validation accuracy after each of the first three epochs, per framework.
-Each model's spec is read from examples/, so the benchmark trains what the README shows.
+Each model's spec is read from examples/, so the benchmark trains what the docs show.
 """
 
 from __future__ import annotations

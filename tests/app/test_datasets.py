@@ -149,7 +149,7 @@ BAD: list[tuple[str, bytes, dict[str, str], int, str]] = [
     ("csv unknown label", b"a,b\n1,2\n", {"label_column": "c"}, 422, "exactly one column of: a, b"),
     ("csv text cell", b"a,b\n1,2\nx,3\n", {"label_column": "b"}, 422, "numeric below its header"),
     ("csv ragged", b"a,b\n1,2\n3\n", {"label_column": "b"}, 422, "numeric below its header"),
-    # A header field over csv's field limit (128 KiB) was a 500 (issue 25).
+    # A header field over csv's field limit (128 KiB) is a 422, not a 500.
     ("csv huge header field", b"a" * 200_000 + b",y\n1,2\n", {"label_column": "y"}, 422,
      "field larger than field limit"),
     ("csv huge quoted header field", b'"' + b"a\n" * 70_000 + b'",y\n1,2\n',

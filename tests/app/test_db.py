@@ -109,7 +109,7 @@ def test_retrying_rides_out_a_session_terminated_mid_transaction(pg_env: dict[st
         with session_scope() as session:
             pid = int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
             tries.append(pid)
-            if len(tries) == 1:  # the server ends this session while its transaction is open
+            if len(tries) == 1:  # the server ends the connection while its transaction is open
                 terminate(pg_env["EPOCHAL_DATABASE_URL"], pid)
             return int(session.execute(text("SELECT 41 + 1")).scalar_one())
 

@@ -1,4 +1,4 @@
-"""One global batch, one replica or two: the same step (issue 4; RELIABILITY.md P19, P20, P30).
+"""One global batch, one replica or two: the same step (RELIABILITY.md P19, P20, P30).
 
 The TensorFlow seed sums per-replica losses that were already averaged per replica and adds L2
 on every replica, so its two-replica step differs from its one-replica step; these tests fail
