@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml client/pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	# Both distributions, editable: the client (epochal_client, the `epochal` command) and the
 	# server (app, worker, migrations). torch==2.13.0 resolves to the CPU wheel on this
-	# machine's disk; see README for GPU boxes.
+	# machine's disk; GPU machines use the worker image (DEPLOY.md).
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e "./client[cli,plot]" -e ".[worker,dev]"
 	touch $(STAMP)
 

@@ -1,4 +1,4 @@
-"""The import rules and the type checker of README's Development section, enforced
+"""The import rules and the type checker of the Development page (docs/development.md), enforced
 (import-linter and mypy, configured in pyproject.toml)."""
 
 from __future__ import annotations
