@@ -207,6 +207,17 @@ def test_no_file_points_outside_the_repository() -> None:
     assert not found, found
 
 
+# The documents say what is, not when or by whom it came to be: history stays in git.
+HISTORY = re.compile(r"this session|last round|this round|\bstop \d+|\bissue \d+")
+
+
+@pytest.mark.parametrize("doc", ["RELIABILITY.md", "DEPLOY.md", "BENCHMARKS.md", "README.md"])
+def test_no_document_narrates_its_history(doc: str) -> None:
+    pages = [ROOT / doc] if doc != "README.md" else [ROOT / doc, *(ROOT / "docs").rglob("*.md")]
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in pages for m in HISTORY.findall(p.read_text())]
+    assert not found, found
+
+
 SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.MULTILINE)
 
 
