@@ -51,7 +51,7 @@ lint: install
 
 # The docs site (docs/, mkdocs.yml) into site/; --strict fails on a broken link, anchor or page.
 docs: install
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: install
 	$(BIN)/python -m benchmarks
