@@ -29,6 +29,7 @@ from app.core.config import get_settings
 from app.core.db import reset_engines
 from app.domain.keys import KEYS
 from app.services.queue import producer
+from app.storage.registry import get_store
 
 ROOT = Path(__file__).resolve().parent.parent
 # The real services the tests and benchmarks use, each run in a database / DB number of its own.
@@ -98,6 +99,7 @@ def run_async(main: Coroutine[Any, Any, Any]) -> Any:
 
 def clear_caches() -> None:
     get_settings.cache_clear()
+    get_store.cache_clear()
     producer.cache_clear()
     reset_engines()
     KEYS.clear()
