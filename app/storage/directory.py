@@ -28,6 +28,7 @@ from app.storage.base import (
     ObjectInfo,
     ObjectNotFound,
     PartInfo,
+    StoreError,
     StoreUnavailable,
     UploadInfo,
     check_key,
@@ -191,7 +192,7 @@ class DirectoryStore:
         with translated(key):
             sizes = [f.stat().st_size for f in files]
         if any(size < MIN_PART_BYTES for size in sizes[:-1]):
-            raise ValueError(f"every part but the last must hold {MIN_PART_BYTES} bytes or more")
+            raise StoreError(f"{key}: every part but the last must hold {MIN_PART_BYTES} bytes")
         self._atomic(key, _joined(files, [p.etag for p in parts]))
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -233,7 +234,7 @@ def _joined(files: list[Path], etags: list[str]) -> Iterator[bytes]:
                 digest.update(data)
                 yield data
         if digest.hexdigest() != etag:
-            raise ValueError(f"part {path.name} does not match its etag")
+            raise StoreError(f"part {path.name} does not match its etag")
 
 
 def _info(key: str, stat: os.stat_result) -> ObjectInfo:

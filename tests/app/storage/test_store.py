@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from app.storage.base import MIN_PART_BYTES, InvalidKey, ObjectNotFound, Store, StoreUnavailable
+from app.storage.base import (
+    MIN_PART_BYTES,
+    InvalidKey,
+    ObjectNotFound,
+    Store,
+    StoreError,
+    StoreUnavailable,
+)
 from app.storage.registry import open_store
 from app.storage.s3 import S3Store
 from tests.helpers import scaled
@@ -152,3 +159,13 @@ def test_s3_store_down_raises_unavailable_in_bounded_time(tmp_path: Path, s3_env
             assert time.monotonic() - started < scaled(40)
     finally:
         server.stop()
+
+
+def test_a_short_part_before_the_last_is_refused(store: Store) -> None:
+    upload_id = store.start_upload("short/parts")
+    parts = [store.upload_part("short/parts", upload_id, n, b"tiny") for n in (1, 2)]
+    with pytest.raises(StoreError):
+        store.complete_upload("short/parts", upload_id, parts)
+    store.abort_upload("short/parts", upload_id)
+    with pytest.raises(ObjectNotFound):
+        store.head("short/parts")
