@@ -77,7 +77,13 @@ def as_background_job() -> None:
 
 def configure(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     """Point this process's settings, engines and producer at `env`."""
-    for key in ("EPOCHAL_DATABASE_URL", "EPOCHAL_BROKER_URL", "EPOCHAL_HOME"):
+    for key in (
+        "EPOCHAL_DATABASE_URL",
+        "EPOCHAL_BROKER_URL",
+        "EPOCHAL_HOME",
+        "EPOCHAL_STORE_URL",
+        "EPOCHAL_STORE_ENDPOINT",
+    ):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -76,7 +76,11 @@ class DirectoryStore:
     def _path(self, key: str) -> Path:
         if check_key(key).split("/", 1)[0] == STAGING:
             raise InvalidKey(f"{STAGING} is the store's own: {key!r}")
-        return self.root / key
+        path = self.root / key
+        # A symlink under the root that leads out of it is no object of this store.
+        if not path.resolve().is_relative_to(self.root):
+            raise ObjectNotFound(key)
+        return path
 
     def _atomic(self, key: str, source: Iterator[bytes]) -> None:
         """Write the chunks to a temp file, flush it to disk, rename it over the key."""
