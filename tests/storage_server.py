@@ -68,7 +68,9 @@ class SeaweedServer:
     folder: Path
     process: subprocess.Popen[str]
     endpoint: str
-    output: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
+    output: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=200), repr=False
+    )
 
     def client(self) -> Any:
         return boto3.session.Session(
@@ -139,7 +141,7 @@ def _drain(server: SeaweedServer, ready: threading.Event) -> None:
     ready.set()
 
 
-def s3_store(server: SeaweedServer, prefix: str, **kwargs: Any) -> S3Store:
-    """An S3 store on `server`'s test bucket (credentials from the environment: see the
-    `store` fixture)."""
+def s3_store(server: SeaweedServer | Any, prefix: str, **kwargs: Any) -> S3Store:
+    """An S3 store on the test bucket of `server` (or of anything with its `endpoint`), with
+    the credentials of the environment (the `s3_env` fixture)."""
     return S3Store(BUCKET, prefix, server.endpoint, **kwargs)

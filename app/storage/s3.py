@@ -69,7 +69,7 @@ def translated(key: str) -> Iterator[None]:
 
 def client_config(attempts: int, connect_timeout: float, read_timeout: float) -> Config:
     return Config(
-        retries={"max_attempts": attempts, "mode": "standard"},
+        retries={"total_max_attempts": attempts, "mode": "standard"},
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
         # Checksums only where S3 requires them: stores other than AWS vary in the rest.

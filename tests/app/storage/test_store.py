@@ -19,9 +19,10 @@ from app.storage.base import (
     StoreUnavailable,
 )
 from app.storage.registry import open_store
-from app.storage.s3 import S3Store
+from app.storage.s3 import ATTEMPTS, S3Store
 from tests.helpers import scaled
 from tests.storage_server import SeaweedServer, s3_store, start_seaweed
+from tests.throttling_proxy import throttling
 
 
 def test_put_get_head_and_missing_keys(store: Store, tmp_path: Path) -> None:
@@ -169,3 +170,19 @@ def test_a_short_part_before_the_last_is_refused(store: Store) -> None:
     store.abort_upload("short/parts", upload_id)
     with pytest.raises(ObjectNotFound):
         store.head("short/parts")
+
+
+def test_s3_throttling_is_retried_then_unavailable(seaweed: SeaweedServer, s3_env: None) -> None:
+    direct = s3_store(seaweed, f"slow-{secrets.token_hex(4)}")
+    direct.put("k", b"through the proxy")
+    with throttling(seaweed.endpoint, throttle=2) as proxy:
+        store = s3_store(proxy, direct.prefix)
+        assert store.get("k") == b"through the proxy"  # after two SlowDown answers
+        assert (proxy.throttled, proxy.seen) == (2, 3)
+    with throttling(seaweed.endpoint, throttle=None) as proxy:
+        store = s3_store(proxy, direct.prefix)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            store.head("k")
+        assert time.monotonic() - started < scaled(40)
+        assert proxy.seen == ATTEMPTS  # retried, a bounded number of times
