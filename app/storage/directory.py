@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from stat import S_ISREG
 from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
@@ -48,8 +49,8 @@ def translated(key: str) -> Iterator[None]:
     """OS errors as the store's: a missing file is ObjectNotFound, a dead mount unavailable."""
     try:
         yield
-    except FileNotFoundError as exc:
-        raise ObjectNotFound(key) from exc
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+        raise ObjectNotFound(key) from exc  # a folder is a prefix, not an object
     except OSError as exc:
         if exc.errno in DOWN:
             raise StoreUnavailable(f"{key}: {exc.strerror}") from exc
@@ -123,7 +124,10 @@ class DirectoryStore:
 
     def head(self, key: str) -> ObjectInfo:
         with translated(key):
-            return _info(key, self._path(key).stat())
+            stat = self._path(key).stat()
+        if not S_ISREG(stat.st_mode):
+            raise ObjectNotFound(key)
+        return _info(key, stat)
 
     def list_objects(self, prefix: str = "") -> Iterator[ObjectInfo]:
         check_prefix(prefix)
@@ -131,14 +135,15 @@ class DirectoryStore:
         base = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
         found: list[tuple[str, os.stat_result]] = []
         with translated(prefix):
-            for folder, dirs, files in os.walk(base):
+            for folder, dirs, files in os.walk(base, onerror=_walk_error):
                 if Path(folder) == self.root and STAGING in dirs:
                     dirs.remove(STAGING)
                 rel = Path(folder).relative_to(self.root).as_posix()
                 for name in files:
                     key = name if rel == "." else f"{rel}/{name}"
-                    if key.startswith(prefix):
-                        found.append((key, os.stat(os.path.join(folder, name))))
+                    path = os.path.join(folder, name)
+                    if key.startswith(prefix) and not os.path.islink(path):
+                        found.append((key, os.stat(path)))
         for key, stat in sorted(found):
             yield _info(key, stat)
 
@@ -239,6 +244,12 @@ def _joined(files: list[Path], etags: list[str]) -> Iterator[bytes]:
                 yield data
         if digest.hexdigest() != etag:
             raise StoreError(f"part {path.name} does not match its etag")
+
+
+def _walk_error(exc: OSError) -> None:
+    """A prefix with no folder lists nothing; any other failure to list is raised."""
+    if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+        raise exc
 
 
 def _info(key: str, stat: os.stat_result) -> ObjectInfo:

@@ -186,3 +186,23 @@ def test_s3_throttling_is_retried_then_unavailable(seaweed: SeaweedServer, s3_en
             store.head("k")
         assert time.monotonic() - started < scaled(40)
         assert proxy.seen == ATTEMPTS  # retried, a bounded number of times
+
+
+def test_a_prefix_is_no_object(store: Store) -> None:
+    store.put("folder/inside", b"x")
+    for read in (store.get, store.head, store.iter_bytes):
+        with pytest.raises(ObjectNotFound):
+            read("folder")
+
+
+def test_the_directory_store_never_reads_through_a_symlink_out(tmp_path: Path) -> None:
+    store = open_store((tmp_path / "root").as_uri())
+    store.put("jobs/a/kept", b"inside")
+    secret = tmp_path / "secret"
+    secret.write_text("private")
+    (tmp_path / "root" / "jobs" / "a" / "model.pt").symlink_to(secret)
+    (tmp_path / "root" / "jobs" / "b").symlink_to(tmp_path)
+    for key in ("jobs/a/model.pt", "jobs/b/secret"):
+        with pytest.raises(ObjectNotFound):
+            store.get(key)
+    assert [i.key for i in store.list_objects()] == ["jobs/a/kept"]
