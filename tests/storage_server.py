@@ -97,6 +97,18 @@ class SeaweedServer:
 
 def start_seaweed(folder: Path, bucket: str = BUCKET) -> SeaweedServer:
     """Start `weed mini` under `folder`, wait until it says it serves S3, create `bucket`."""
+    for _ in range(3):  # a port picked free may be taken before weed binds it: pick again
+        server = _launch(folder)
+        if server.process.poll() is None:
+            server.client().create_bucket(Bucket=bucket)
+            return server
+        if not any("Port allocation failed" in line for line in server.output):
+            break
+    pytest.fail("weed mini did not start:\n" + "\n".join(server.output))
+
+
+def _launch(folder: Path) -> SeaweedServer:
+    """`weed mini` on free loopback ports, once it is ready or has ended (stopped, then)."""
     ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
     argv = [
         weed_binary(),
@@ -125,8 +137,6 @@ def start_seaweed(folder: Path, bucket: str = BUCKET) -> SeaweedServer:
     threading.Thread(target=_drain, args=(server, ready), daemon=True).start()
     if not ready.wait(scaled(90)) or process.poll() is not None:
         server.stop()
-        pytest.fail("weed mini did not start:\n" + "\n".join(server.output))
-    server.client().create_bucket(Bucket=bucket)
     return server
 
 
