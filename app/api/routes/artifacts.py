@@ -49,15 +49,6 @@ def _inside(root: Path, path: Path) -> Path | None:
     return resolved if resolved.is_relative_to(root) else None
 
 
-def model_path(job: Job) -> Path | None:
-    files = _job_files(job)
-    for framework in MODEL_FILES:
-        found = _inside(files.root, files.model(framework))
-        if found is not None and found.is_file():
-            return found
-    return None
-
-
 def export_path(job: Job, kind: str) -> Path | None:
     """model.onnx or model-card.json of a succeeded job, if the worker wrote it."""
     files = _job_files(job)
@@ -97,12 +88,11 @@ def _model_io(session: SessionDep, job: Job) -> tuple[list[int] | None, int | No
 def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
     """What the job has produced so far: model, last checkpoint, resolved spec, log."""
     files, items = _job_files(job), []
-    model = model_path(job)
-    if model is not None and job.status == JobStatus.succeeded:
+    model = stored_model(job) if job.status == JobStatus.succeeded else None
+    if model is not None:  # listed as the download route finds it: in the store
         url = f"/v1/jobs/{job.id}/artifacts/model"
-        items.append(
-            ArtifactPublic(kind="model", name=model.name, size_bytes=model.stat().st_size, url=url)
-        )
+        name = PurePosixPath(model.key).name
+        items.append(ArtifactPublic(kind="model", name=name, size_bytes=model.size, url=url))
     for kind, (_, segment, _) in EXPORTS.items():
         if (found := export_path(job, kind)) is not None:
             url = f"/v1/jobs/{job.id}/artifacts/{segment}"

@@ -48,7 +48,11 @@ def job_with_model(client: TestClient) -> str:
 
 
 def test_the_model_streams_whole_and_by_range(client: TestClient) -> None:
-    url = f"/v1/jobs/{job_with_model(client)}/artifacts/model"
+    job_id = job_with_model(client)
+    items = client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]
+    listed = next(item for item in items if item["kind"] == "model")
+    assert (listed["name"], listed["size_bytes"]) == ("model.pt", len(MODEL))
+    url = listed["url"]
     whole = client.get(url)
     assert whole.status_code == 200 and whole.content == MODEL
     assert whole.headers["accept-ranges"] == "bytes"
