@@ -128,15 +128,18 @@ def download_model(job: JobDep, request: Request) -> StreamingResponse:
     if found is None:
         raise HTTPException(404, f"job {job.id} has no model (status {job.status})")
     suffix = PurePosixPath(found.key).suffix
-    return stream_object(
-        get_store(),
-        found.key,
-        found.size,
-        request.headers.get("range"),
-        "application/octet-stream",
-        _download_name(job, suffix),
-        request.headers.get("if-range"),
-    )
+    try:
+        return stream_object(
+            get_store(),
+            found.key,
+            found.size,
+            request.headers.get("range"),
+            "application/octet-stream",
+            _download_name(job, suffix),
+            request.headers.get("if-range"),
+        )
+    except ObjectNotFound:  # deleted (the job too, or retention) since it was found
+        raise HTTPException(404, f"job {job.id} has no model any more") from None
 
 
 def stored_model(job: Job) -> ObjectInfo | None:
