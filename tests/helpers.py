@@ -29,6 +29,7 @@ from app.core.config import get_settings
 from app.core.db import reset_engines
 from app.domain.keys import KEYS
 from app.services.queue import producer
+from app.storage.registry import get_store
 
 ROOT = Path(__file__).resolve().parent.parent
 # The real services the tests and benchmarks use, each run in a database / DB number of its own.
@@ -76,7 +77,13 @@ def as_background_job() -> None:
 
 def configure(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     """Point this process's settings, engines and producer at `env`."""
-    for key in ("EPOCHAL_DATABASE_URL", "EPOCHAL_BROKER_URL", "EPOCHAL_HOME"):
+    for key in (
+        "EPOCHAL_DATABASE_URL",
+        "EPOCHAL_BROKER_URL",
+        "EPOCHAL_HOME",
+        "EPOCHAL_STORE_URL",
+        "EPOCHAL_STORE_ENDPOINT",
+    ):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -98,6 +105,7 @@ def run_async(main: Coroutine[Any, Any, Any]) -> Any:
 
 def clear_caches() -> None:
     get_settings.cache_clear()
+    get_store.cache_clear()
     producer.cache_clear()
     reset_engines()
     KEYS.clear()

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.core.async_db import DatabaseUnavailable
 from app.core.db import transient
 from app.domain.redact import without_server_paths
+from app.storage.base import StoreUnavailable
 
 log = logging.getLogger(__name__)
 PROBLEM = "application/problem+json"
@@ -106,6 +107,19 @@ def unavailable(method: str, path: str, exc: BaseException) -> JSONResponse:
     return response
 
 
+# The store's client has already retried with backoff before giving up.
+STORE_RETRY_AFTER_SECONDS = 5
+
+
+async def _store(request: Request, exc: Exception) -> JSONResponse:
+    """A store that is down or throttling: a 503 that says when to retry, never a 500."""
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, reason)
+    response = problem(503, "artifact store unavailable; retry shortly")
+    response.headers["Retry-After"] = str(STORE_RETRY_AFTER_SECONDS)
+    return response
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem(500, "internal error; the server log has the details")
@@ -133,4 +147,5 @@ def install(app: FastAPI) -> None:
         DatabaseUnavailable,
     ):
         app.add_exception_handler(database_error, _database)
+    app.add_exception_handler(StoreUnavailable, _store)
     app.add_exception_handler(Exception, _unexpected)

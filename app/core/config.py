@@ -35,6 +35,17 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535)
     data_dir: Path | None = Field(None, description="Where data sets and uploads live.")
     artifacts_dir: Path | None = Field(None, description="Models, checkpoints and logs per job.")
+    store_url: str | None = Field(
+        None,
+        pattern=r"^(file|s3)://",
+        description="Where artifacts are stored: s3://bucket/prefix or file:///folder "
+        "(default: the artifacts directory).",
+    )
+    store_endpoint: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="The S3 API's address for a store other than AWS (SeaweedFS, MinIO).",
+    )
     allow_download: bool = Field(False, description="May built-in data sets be downloaded?")
     download_mirror: str | None = Field(
         None,
@@ -243,6 +254,10 @@ class Settings(BaseSettings):
     @property
     def resolved_artifacts_dir(self) -> Path:
         return (self.artifacts_dir or self.resolved_home / "artifacts").expanduser().resolve()
+
+    @property
+    def resolved_store_url(self) -> str:
+        return self.store_url or self.resolved_artifacts_dir.as_uri()
 
     @property
     def resolved_cache_dir(self) -> Path:

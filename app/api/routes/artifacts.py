@@ -8,19 +8,22 @@ a path (RELIABILITY.md P45).
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from fastapi import APIRouter, HTTPException
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import FileResponse, StreamingResponse
 
 from app.api.deps import JobDep, SessionDep
 from app.api.errors import documented
+from app.api.ranged import stream_object
 from app.core.config import get_settings
 from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles
 from app.domain.states import JobStatus
 from app.domain.tables import Dataset, Job
 from app.schemas.job_spec import JobSpec, input_shape_and_classes
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic
+from app.storage import get_store
+from app.storage.base import ObjectInfo, ObjectNotFound
 
 router = APIRouter(prefix="/jobs", tags=["artifacts"])
 # kind -> (file under model/, URL segment, media type): the portable exports of a succeeded job
@@ -44,15 +47,6 @@ def _inside(root: Path, path: Path) -> Path | None:
         return None
     resolved = path.resolve()
     return resolved if resolved.is_relative_to(root) else None
-
-
-def model_path(job: Job) -> Path | None:
-    files = _job_files(job)
-    for framework in MODEL_FILES:
-        found = _inside(files.root, files.model(framework))
-        if found is not None and found.is_file():
-            return found
-    return None
 
 
 def export_path(job: Job, kind: str) -> Path | None:
@@ -94,12 +88,11 @@ def _model_io(session: SessionDep, job: Job) -> tuple[list[int] | None, int | No
 def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
     """What the job has produced so far: model, last checkpoint, resolved spec, log."""
     files, items = _job_files(job), []
-    model = model_path(job)
-    if model is not None and job.status == JobStatus.succeeded:
+    model = stored_model(job) if job.status == JobStatus.succeeded else None
+    if model is not None:  # listed as the download route finds it: in the store
         url = f"/v1/jobs/{job.id}/artifacts/model"
-        items.append(
-            ArtifactPublic(kind="model", name=model.name, size_bytes=model.stat().st_size, url=url)
-        )
+        name = PurePosixPath(model.key).name
+        items.append(ArtifactPublic(kind="model", name=name, size_bytes=model.size, url=url))
     for kind, (_, segment, _) in EXPORTS.items():
         if (found := export_path(job, kind)) is not None:
             url = f"/v1/jobs/{job.id}/artifacts/{segment}"
@@ -117,22 +110,47 @@ def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
 
 @router.get(
     "/{job_id}/artifacts/model",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     operation_id="download_model",
     responses={
         200: {"content": BINARY, "description": "the model file"},
+        206: {"content": BINARY, "description": "the byte range the Range header asked for"},
         404: documented("no such job, or no model yet"),
+        416: documented("the Range header starts past the end of the model"),
+        503: documented("the database or the store is unavailable; retry after `Retry-After`"),
     },
 )
-def download_model(job: JobDep) -> FileResponse:
-    """The trained model: PyTorch state_dict (`model.pt`) or a Keras file (`model.keras`)."""
-    path = model_path(job)
+def download_model(job: JobDep, request: Request) -> StreamingResponse:
+    """The trained model: PyTorch state_dict (`model.pt`) or a Keras file (`model.keras`),
+    streamed from the store; a `Range: bytes=a-b` header gets that part (206)."""
     # Only a succeeded job's model is whole: the file is written before the job is marked done.
-    if path is None or job.status != JobStatus.succeeded:
+    found = stored_model(job) if job.status == JobStatus.succeeded else None
+    if found is None:
         raise HTTPException(404, f"job {job.id} has no model (status {job.status})")
-    return FileResponse(
-        path, media_type="application/octet-stream", filename=_download_name(job, path.suffix)
-    )
+    suffix = PurePosixPath(found.key).suffix
+    try:
+        return stream_object(
+            get_store(),
+            found.key,
+            found.size,
+            request.headers.get("range"),
+            "application/octet-stream",
+            _download_name(job, suffix),
+            request.headers.get("if-range"),
+        )
+    except ObjectNotFound:  # deleted (the job too, or retention) since it was found
+        raise HTTPException(404, f"job {job.id} has no model any more") from None
+
+
+def stored_model(job: Job) -> ObjectInfo | None:
+    """The job's model in the store (keys as in the artifacts directory: <job id>/model/...)."""
+    store = get_store()
+    for name in MODEL_FILES.values():
+        try:
+            return store.head(f"{job.id}/model/{name}")
+        except ObjectNotFound:
+            continue
+    return None
 
 
 def _download_name(job: Job, suffix: str) -> str:

@@ -1,0 +1,40 @@
+"""Which store a URL names: its scheme picks the back-end module (imported only when used).
+
+Adding a back-end is adding a module with a class that has `from_url(url, endpoint)` and
+satisfies app.storage.base.Store, and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+from urllib.parse import urlparse
+
+from app.core.config import Settings, get_settings
+from app.storage.base import Store
+
+BACKENDS = {  # URL scheme -> "module:class"
+    "file": "app.storage.directory:DirectoryStore",
+    "s3": "app.storage.s3:S3Store",
+}
+
+
+def open_store(url: str, endpoint: str | None = None) -> Store:
+    """The store `url` names (file:///path or s3://bucket/prefix)."""
+    scheme = urlparse(url).scheme
+    if scheme not in BACKENDS:
+        raise ValueError(f"no store for {scheme or 'a URL without a scheme'}: {sorted(BACKENDS)}")
+    module, name = BACKENDS[scheme].split(":")
+    store: Store = getattr(importlib.import_module(module), name).from_url(url, endpoint)
+    return store
+
+
+def store_for(settings: Settings) -> Store:
+    """The store these settings name (EPOCHAL_STORE_URL, EPOCHAL_STORE_ENDPOINT)."""
+    return open_store(settings.resolved_store_url, settings.store_endpoint)
+
+
+@lru_cache
+def get_store() -> Store:
+    """The process's store (one client and its connection pool, shared by threads)."""
+    return store_for(get_settings())
