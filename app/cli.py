@@ -164,8 +164,9 @@ def keys_list() -> None:
 
 @keys.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id shown by keys list")]) -> None:
-    """Revoke a key: requests with it get 401 within a second (API processes cache keys 1 s);
-    its running sweeps and unfinished jobs are cancelled (running ones stop at their next step)."""
+    """Revoke a key (401 within a second) and cancel its running sweeps and unfinished jobs.
+
+    API processes cache a key 1 s; a running job stops at its next step boundary."""
     import time
 
     from app.core.db import session_scope
