@@ -92,10 +92,21 @@ def _replay(session: SessionDep, key: CurrentKey, idem: str, digest: str) -> Job
     return earlier
 
 
-def _check_quota(session: SessionDep, key: CurrentKey) -> None:
+def _check_quota(session: SessionDep, key: CurrentKey, nodes: int) -> None:
+    """429 past the key's queued or running jobs, a multi-node job counted once per node."""
     limit = get_settings().max_active_jobs_per_key
-    if limit and crud.count_active(session, key.id) >= limit:
+    if not limit:
+        return
+    active = crud.count_active(session, key.id)
+    if active + nodes <= limit:
+        return
+    if nodes == 1:
         raise HTTPException(429, f"this key already has {limit} queued or running jobs")
+    raise HTTPException(
+        429,
+        f"this job runs on {nodes} nodes and counts as {nodes} jobs; this key has {active} "
+        f"queued or running of its {limit} (EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY)",
+    )
 
 
 @router.post(
@@ -137,7 +148,7 @@ def _store(
     digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
     if idempotency_key and (earlier := _replay(session, key, idempotency_key, digest)):
         return None, public(session, earlier)
-    _check_quota(session, key)
+    _check_quota(session, key, spec.resources.nodes)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     check_job_fits(session, key, spec)  # and the job must fit in a worker's memory and disk
     check_job_priority(session, key, spec)  # within the key's cap
