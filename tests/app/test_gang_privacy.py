@@ -79,3 +79,18 @@ def test_a_plain_key_reads_its_gangs_failure_without_hosts_addresses_or_ports(
     full = app_client.get(f"/v1/jobs/{job_id}", headers=as_admin).text
     full_log = app_client.get(f"/v1/jobs/{job_id}/logs?member=1", headers=as_admin).text
     assert all(secret in full for secret in SECRETS) and "gpu-box-7" in full_log
+
+
+def test_what_is_not_an_address_is_kept() -> None:
+    """Times of day, C++ scopes, versions, ratios and URLs of the web stay as they were."""
+    from app.domain.redact import without_hosts
+
+    kept = [
+        "2026-12-05 06:47:15 supervisor: epoch 3 of 10, loss 0.25",
+        "c10::Error in std::vector; torch 2.4.1, ratio 1:2:3, lr 1e-3",
+        "see https://pytorch.org/docs/stable/distributed.html (NCCL 2.21.5)",
+    ]
+    assert [without_hosts(line) for line in kept] == kept
+    assert without_hosts("peer 192.168.1.20:29400 and ::1 gone.") == (
+        "peer <address> and <address> gone."
+    )
