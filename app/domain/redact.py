@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -30,10 +31,18 @@ def without_server_paths(text: str) -> str:
     return _PATH.sub(lambda m: f"…/{m.group(1)}" if m.group(1) else "…/", text)
 
 
-# Where a gang ran is for an admin (GET /v1/workers shows plain keys no hostname): a worker's
-# name (`label@host`), a raw address and the rendezvous URL are hidden from other keys.
-_WORKER_NAME = re.compile(r"(?<![\w.@-])[\w.-]+@[\w.-]*[\w-]")
+# Where a job ran is for an admin (GET /v1/workers shows plain keys no hostname): a worker's
+# name, a host's name, an address and a port are hidden from other keys. Names are found by
+# their shape (`label@host`, as `%h` expands), by the words epochal's own messages put before
+# them, and, where the caller knows them, as the live workers' names and hostnames.
 _URL = re.compile(r"\b(tcp|grpc|gloo|nccl|env)://[^\s/'\"`,;()\[\]{}<>]+")
+_WORKER_AFTER = r"claimed by |node \d+ \(|EPOCHAL_WORKER_ADDRESS on |gang node \d+ of \d+ on "
+_ADDRESS_AFTER = r", address |offers |routes to the database \(|nodes at "
+_NAMES = (
+    rf"(?P<worker_after>{_WORKER_AFTER})(?P<worker>[^\s,;()]+)"
+    rf"|(?P<address_after>{_ADDRESS_AFTER})[^\s;()]+?(?=[\s;()]|,\s|,?$)"
+    r"|(?P<named>(?<![\w.@-])[\w.-]+@[\w.-]*[\w-])"
+)
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?(?!\w|\.\d)")
 _IPV6 = re.compile(
     r"\[[0-9A-Fa-f:.]+\](?::\d{1,5})?|(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])"
@@ -49,21 +58,34 @@ def public_worker_name(name: str) -> str:
 
 
 def without_hosts(text: str, names: Iterable[str] = (), hostnames: Iterable[str] = ()) -> str:
-    """`text` with worker names as GET /v1/workers shows them to a plain key, and hostnames
-    (those known and those in a rendezvous URL), addresses and ports hidden."""
-    text = _WORKER_NAME.sub(lambda m: public_worker_name(m.group(0)), text)
+    """`text` with worker names as GET /v1/workers shows them to a plain key, and hostnames,
+    addresses and ports hidden (`names`, `hostnames`: the workers' known)."""
     text = _URL.sub(lambda m: f"{m.group(1)}://{HIDDEN_ADDRESS}", text)
-    for name in sorted(set(names), key=len, reverse=True):
-        if "@" not in name:  # those are done
-            text = _literal(name).sub(public_worker_name(name), text)
-    for host in sorted(set(hostnames), key=len, reverse=True):
-        text = _literal(host).sub(HIDDEN_HOST, text)
+    text = _names(frozenset(names), frozenset(hostnames)).sub(_name, text)  # one pass: once each
     text = _IPV4.sub(HIDDEN_ADDRESS, text)
     return _IPV6.sub(_ipv6, text)
 
 
-def _literal(word: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w.-]){re.escape(word)}(?![\w-])")
+@lru_cache(maxsize=8)
+def _names(names: frozenset[str], hostnames: frozenset[str]) -> re.Pattern[str]:
+    """_NAMES, and the known workers' names and hostnames as words."""
+    parts = [_NAMES]
+    for group, words in (("known", names), ("host", hostnames)):
+        if words:
+            alternatives = "|".join(map(re.escape, sorted(words, key=len, reverse=True)))
+            parts.append(rf"(?<![\w.@-])(?P<{group}>{alternatives})(?![\w@-])")
+    return re.compile("|".join(parts))
+
+
+def _name(match: re.Match[str]) -> str:
+    found = match.groupdict()
+    if found["worker_after"] is not None:
+        return found["worker_after"] + public_worker_name(found["worker"])
+    if found["address_after"] is not None:
+        return found["address_after"] + HIDDEN_ADDRESS
+    if found.get("host") is not None:
+        return HIDDEN_HOST
+    return public_worker_name(match.group(0))
 
 
 def _ipv6(match: re.Match[str]) -> str:
@@ -83,8 +105,11 @@ def host_hider(session: Session) -> Callable[[str], str]:
 
 
 def job_texts(session: Session, job: Job, key: Caller | None) -> Callable[[str], str]:
-    """How a job's error and log lines are shown to `key`: a gang's workers' hosts, addresses
-    and ports hidden from any key but an admin's (GET /v1/workers hides them too)."""
-    if job.nodes <= 1 or (key is not None and key.is_admin):
+    """How a job's error, transition reasons and log lines are shown to `key`: where it ran
+    (workers' names, hosts, addresses, ports) hidden from any key but an admin's, as GET
+    /v1/workers hides them; a multi-node job's texts name more, so its workers are looked up."""
+    if key is not None and key.is_admin:
         return lambda text: text
-    return host_hider(session)
+    if job.nodes > 1:
+        return host_hider(session)
+    return without_hosts

@@ -1,6 +1,7 @@
-"""Where a multi-node job ran is an admin's to see: a plain key reads its gang's error,
-transitions and member logs without worker hostnames, addresses or ports, as GET /v1/workers
-shows it none (an admin key reads them as written)."""
+"""Where a job ran is an admin's to see: a plain key reads a job's error, transitions and
+member logs, and the event stream, without worker hostnames, addresses or ports, as GET
+/v1/workers shows it none (worker names as that route shows them); an admin key reads them as
+written."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 from app.core.db import session_scope
 from app.domain import crud, member_log
 from app.domain.keys import create_key
+from app.domain.redact import public_worker_name
 from app.domain.states import ErrorCode, StopReason
 from app.domain.tables import GangMember, Worker, utcnow
 from app.scheduler import gang_reach
@@ -94,3 +96,32 @@ def test_what_is_not_an_address_is_kept() -> None:
     assert without_hosts("peer 192.168.1.20:29400 and ::1 gone.") == (
         "peer <address> and <address> gone."
     )
+
+
+def test_the_event_stream_names_no_gang_host(db_env: dict[str, str]) -> None:
+    """A stream's message is written once for all its subscribers: hidden for every key."""
+    from app.services.live_events import Cursor, read_new_events
+
+    job_id = failed_gang()[0]
+    events = read_new_events({job_id: Cursor()})[job_id]
+    reasons = " ".join(str(event.data["reason"]) for event in events if event.kind == "transition")
+    assert "offers <address>" in reasons
+    assert not [secret for secret in SECRETS if secret in reasons], reasons
+
+
+def test_a_plain_key_reads_which_worker_claimed_its_job_as_workers_shows_it(
+    app_client: TestClient,
+) -> None:
+    """A one-node job's transitions name its worker too (the fast path answers these)."""
+    with session_scope() as session:
+        owner, plain = create_key(session, "owner")
+        admin = create_key(session, "root", is_admin=True)[1]
+        spec = JobSpec.model_validate({**GANG, "resources": {"nodes": 1}})
+        job_id = crud.create_job(session, spec, "gpus-0", owner_id=owner.id).id
+        assert crud.claim_job(session, job_id, "epochal@gpu-box-9-77", 60) is not None
+    seen = app_client.get(f"/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {plain}"})
+    reasons = [t["reason"] for t in seen.json()["transitions"]]
+    assert reasons[-1] == f"claimed by {public_worker_name('epochal@gpu-box-9-77')}"
+    assert "gpu-box-9" not in seen.text
+    full = app_client.get(f"/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {admin}"})
+    assert "claimed by epochal@gpu-box-9-77" in full.text
