@@ -45,7 +45,8 @@ _NAMES = (
 )
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?(?!\w|\.\d)")
 _IPV6 = re.compile(
-    r"\[[0-9A-Fa-f:.]+\](?::\d{1,5})?|(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])"
+    r"\[(?P<bracketed>[0-9A-Fa-f:.]+)\](?::\d{1,5})?"
+    r"|(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])"
 )
 HIDDEN_ADDRESS = "<address>"
 HIDDEN_HOST = "<host>"
@@ -89,11 +90,12 @@ def _name(match: re.Match[str]) -> str:
 
 
 def _ipv6(match: re.Match[str]) -> str:
-    """An IPv6 address hidden; a time of day (12:30:05) or a C++ scope is not one."""
-    found = match.group(0)
-    if found.startswith("[") or "::" in found or found.count(":") == 7:
+    """An IPv6 address hidden; a time of day (12:30:05), a C++ scope or a list printed as
+    [0.5] is not one."""
+    address = match.group("bracketed") or match.group(0)
+    if "::" in address or address.count(":") == 7:
         return HIDDEN_ADDRESS
-    return found
+    return match.group(0)
 
 
 def host_hider(session: Session) -> Callable[[str], str]:

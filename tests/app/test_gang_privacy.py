@@ -91,6 +91,7 @@ def test_what_is_not_an_address_is_kept() -> None:
         "2026-12-05 06:47:15 supervisor: epoch 3 of 10, loss 0.25",
         "c10::Error in std::vector; torch 2.4.1, ratio 1:2:3, lr 1e-3",
         "see https://pytorch.org/docs/stable/distributed.html (NCCL 2.21.5)",
+        "val [0.5] [1.] [3] [a:b] at 12:30:05.123 (eth0, aa:bb:cc:dd:ee:ff)",
     ]
     assert [without_hosts(line) for line in kept] == kept
     assert without_hosts("peer 192.168.1.20:29400 and ::1 gone.") == (
