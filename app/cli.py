@@ -164,15 +164,27 @@ def keys_list() -> None:
 
 @keys.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id shown by keys list")]) -> None:
-    """Revoke a key: requests with it get 401 within a second (API processes cache keys 1 s)."""
+    """Revoke a key (401 within a second) and cancel its running sweeps and unfinished jobs.
+
+    API processes cache a key 1 s; a running job stops at its next step boundary."""
+    import time
+
     from app.core.db import session_scope
-    from app.domain.keys import revoke
+    from app.domain.keys import KEY_CACHE_SECONDS
+    from app.services.revocation import end_work, revoke_key
 
     with session_scope() as session:
-        if not revoke(session, key_id):
+        ended = revoke_key(session, key_id)
+        if ended is None:
             typer.echo(f"no active key {key_id}", err=True)
             raise typer.Exit(1)
-    typer.echo(f"revoked {key_id}")
+    # An API process may still accept the key for its cache's life: what it admitted then
+    # is ended by a second pass.
+    time.sleep(KEY_CACHE_SECONDS + 0.5)
+    with session_scope() as session:
+        late = end_work(session, key_id)
+    jobs, sweeps = ended.jobs + late.jobs, ended.sweeps + late.sweeps
+    typer.echo(f"revoked {key_id}; cancelled {sweeps} sweep(s) and {jobs} unfinished job(s)")
 
 
 @keys.command("set-weight")

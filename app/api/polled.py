@@ -30,6 +30,7 @@ from app.core.async_db import fetch
 from app.core.config import get_settings
 from app.domain import crud, job_reads
 from app.domain.keys import KEYS, Caller, split
+from app.domain.redact import without_hosts
 from app.domain.states import JobStatus
 from app.domain.tables import Job
 from app.scheduler.position import standing
@@ -90,6 +91,12 @@ async def job_content(key: Caller, job_id: str) -> dict[str, Any] | None:
         return None
     if values is None or not may_see(key, values["owner_id"]):
         return None
+    if values["nodes"] > 1 and not key.is_admin:  # its workers' names are looked up: the route
+        return None
+    if not key.is_admin:  # where it ran is an admin's to see (app.domain.redact)
+        values["error"] = values["error"] and without_hosts(values["error"])
+        for transition in values["transitions"]:
+            transition["reason"] = without_hosts(transition["reason"])
     reason, place = None, None
     if values["status"] == JobStatus.queued:  # the scheduler's reads, as the route runs them
         job = job_reads.as_job(values)

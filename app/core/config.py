@@ -141,12 +141,18 @@ class Settings(BaseSettings):
 
     # Limits at the door.
     max_body_bytes: int = Field(1_000_000, ge=1024)
-    max_upload_bytes: int = Field(200_000_000, ge=1024, le=2**31 - 1)  # dataset.size_bytes is int4
+    max_upload_bytes: int = Field(200_000_000, ge=1024)
     max_upload_array_bytes: int = Field(
         1_000_000_000,
         ge=1024,
-        le=2_000_000_000,  # dataset.size_bytes (what is stored) is int4 too
-        description="Arrays of one upload as stored (x as float32 or uint8), CSV too.",
+        description="Arrays of one upload as stored (x as float32 or uint8, token ids as int32), "
+        "CSV too.",
+    )
+    max_uploads_per_key: int = Field(
+        2,
+        ge=1,
+        le=1000,
+        description="Uploads one key may send at once to each API process; the next gets 429.",
     )
     max_storage_bytes_per_key: int | None = Field(
         None,

@@ -335,7 +335,8 @@ def set_disk_bytes(session: Session, job_id: str, size: int) -> None:
 
 
 def count_active(session: Session, owner_id: str) -> int:
-    """Jobs of this owner that are queued or running (the per-key quota counts these).
+    """Worker seats of this owner's queued or running jobs, one per node (the per-key quota
+    counts these): a 16-node job holds 16 workers, as 16 jobs would.
 
     It first locks the owner's key row until the caller commits, so a count and the insert
     after it are atomic: on PostgreSQL FOR NO KEY UPDATE (concurrent submits of one key queue
@@ -345,7 +346,7 @@ def count_active(session: Session, owner_id: str) -> int:
     lock_owner(session, owner_id)
     active = (JobStatus.queued, *ACTIVE)
     query = (
-        select(func.count())
+        select(func.coalesce(func.sum(Job.nodes), 0))
         .select_from(Job)
         .where(Job.owner_id == owner_id, Job.status.in_(active))
     )

@@ -133,7 +133,7 @@ def _member_cost(archive: zipfile.ZipFile, info: zipfile.ZipInfo, rule: ArrayRul
     return Plan(values * dtype.itemsize, values * rule.stored_itemsize(dtype), (info,))
 
 
-def plan_npz(file: BinaryIO, task: str) -> Plan:
+def plan_npz(file: BinaryIO, task: str, kind: str = "values") -> Plan:
     """What the arrays cost as sent and once stored, from the zip directory and the .npy
     headers alone: a small compressed file that would expand to gigabytes, or a dtype whose
     items are megabytes each, is refused before anything is loaded."""
@@ -143,7 +143,7 @@ def plan_npz(file: BinaryIO, task: str) -> Plan:
         archive = zipfile.ZipFile(file)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise UploadError(422, f"not a readable .npz (zip) archive: {exc}") from exc
-    rules = array_rules(task)
+    rules = array_rules(task, kind)
     with archive:
         costs = [
             _member_cost(archive, info, rules[info.filename.removesuffix(".npy")])

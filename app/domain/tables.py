@@ -233,7 +233,7 @@ class Dataset(Base):
     classes: Mapped[int | None] = mapped_column(Integer)
     # Token data sets (x holds token ids, stored as int32): max id + 1; NULL for real values.
     vocab: Mapped[int | None] = mapped_column(Integer)
-    size_bytes: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # a stored upload may pass 2 GiB
     checksum: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -63,14 +63,19 @@ FEATURES = ArrayRule(
     "(samples, features) or (samples, H, W[, C])",
     lambda dtype: 1 if dtype == np.uint8 else 4,  # what training reads: uint8 or float32
 )
+# x of kind tokens, as stored: an embedding's ids, whatever integer dtype they were sent in
+TOKEN_DTYPE = np.dtype(np.int32)
+# As FEATURES on the header (validate's own check names what tokens need), stored as int32.
+TOKENS = ArrayRule("biuf", FEATURES.dims, FEATURES.shapes, lambda _: TOKEN_DTYPE.itemsize)
 CLASSES = ArrayRule("biuf", (1, 2), "(samples,)", lambda _: 8, values_per_sample=1)  # int64
 TARGETS = ArrayRule("biuf", (1, 2), "(samples,)", lambda _: 4, values_per_sample=1)  # float32
 
 
-def array_rules(task: str) -> dict[str, ArrayRule]:
-    """The rule of each array an upload of `task` may hold."""
+def array_rules(task: str, kind: str = "values") -> dict[str, ArrayRule]:
+    """The rule of each array an upload of `task` and `kind` (values, tokens) may hold."""
     labels = TARGETS if task == "regression" else CLASSES
-    return {"x": FEATURES, "y": labels, "x_test": FEATURES, "y_test": labels}
+    x = TOKENS if kind == "tokens" else FEATURES
+    return {"x": x, "y": labels, "x_test": x, "y_test": labels}
 
 
 @dataclass(frozen=True)
@@ -78,5 +83,5 @@ class Plan:
     """What loading and storing an upload costs, known before any array is allocated."""
 
     loaded_bytes: int  # the arrays as sent, in their own dtypes
-    stored_bytes: int  # the arrays as stored (x as uint8 or float32, y as int64 or float32)
+    stored_bytes: int  # as stored (x as uint8, float32 or int32 tokens; y as int64 or float32)
     members: tuple[zipfile.ZipInfo, ...] = ()  # an .npz's members, checked

@@ -21,11 +21,10 @@ from typing import BinaryIO
 import numpy as np
 
 from app.domain.job_files import upload_path
-from app.domain.upload_rules import ARRAYS, MAX_SAMPLE_DIMS, Plan, UploadError
+from app.domain.upload_rules import ARRAYS, MAX_SAMPLE_DIMS, TOKEN_DTYPE, Plan, UploadError
 from app.schemas.graph.ops.embedding import MAX_VOCAB
 
 ZIP_MAGIC = b"PK\x03\x04"
-TOKEN_DTYPE = np.int32  # x of kind tokens, as stored: an embedding's ids
 MAX_CLASSES = 1000  # the bound the job spec puts on synthetic classes
 MAX_CSV_HEADER_BYTES = 4 * 2**20
 

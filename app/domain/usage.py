@@ -19,9 +19,9 @@ from app.domain.states import ACTIVE, JobStatus
 from app.domain.tables import Job, JobRun, utcnow
 
 
-def slots(gpus: int) -> int:
-    """What a job holds of a worker: its GPUs, or the worker itself for a CPU job."""
-    return max(gpus, 1)
+def slots(gpus: int, nodes: int = 1) -> int:
+    """What a job holds: its GPUs, or the worker itself for a CPU job, on each of its nodes."""
+    return max(gpus, 1) * max(nodes, 1)
 
 
 def note_transition(session: Session, job_id: str, before: str | None, after: str) -> None:
@@ -30,9 +30,8 @@ def note_transition(session: Session, job_id: str, before: str | None, after: st
     if after == JobStatus.running and before != JobStatus.running:
         job = session.get(Job, job_id)
         if job is not None:
-            session.add(
-                JobRun(job_id=job_id, owner_id=job.owner_id, slots=slots(job.gpus), started=now)
-            )
+            held = slots(job.gpus, job.nodes)
+            session.add(JobRun(job_id=job_id, owner_id=job.owner_id, slots=held, started=now))
     elif before in ACTIVE and after not in ACTIVE:
         session.execute(
             update(JobRun).where(JobRun.job_id == job_id, JobRun.ended.is_(None)).values(ended=now)

@@ -6,6 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+OTHER_KEYS = "other keys"  # how the queue labels jobs of keys but the caller's
+
 
 class QueueStanding(BaseModel):
     """Where a queued job stands among the jobs competing for the same workers."""
@@ -29,16 +31,18 @@ class QueueEntry(QueueStanding):
 
 
 class QueueCount(BaseModel):
-    """Another key's queued jobs at one priority (their ids and names are not shown)."""
+    """Other keys' queued jobs at one priority: neither the jobs' ids and names nor the keys'
+    ids are shown."""
 
-    owner_id: str | None
+    owner_id: str | None = Field(None, description="never set: another key's id is not shown")
+    owner: str = Field(OTHER_KEYS, description=f'"{OTHER_KEYS}", whoever they are')
     priority: int
     jobs: int
 
 
 class QueuePublic(BaseModel):
     """The queue as the scheduler sees it: the caller's jobs (an admin's: all) by position,
-    the rest as counts per priority and key."""
+    the rest as counts per priority, without their keys' ids."""
 
     jobs: list[QueueEntry]
     others: list[QueueCount]

@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 
 from app.core.async_db import fetch_sql
 from app.core.db import read_engine
+from app.domain.redact import without_hosts
 from app.domain.states import TERMINAL
 from app.domain.tables import EpochMetric, JobTransition
 from app.schemas.metric_row import METRIC_FIELDS
@@ -98,7 +99,8 @@ def _transition_event(row: Any) -> Event:
         "job_id": row.job_id,
         "from_status": row.from_status,
         "to_status": row.to_status,
-        "reason": row.reason,
+        # One message for every subscriber, admins too: workers' hosts as /v1/workers shows them
+        "reason": without_hosts(row.reason),
         "attempt": row.attempt,
         "at": at.isoformat(),
     }

@@ -246,9 +246,8 @@ def queue_table(view: dict[str, Any]) -> Table:
             e["reason"],
         )
     for c in view.get("others", []):
-        table.add_row(
-            "", f"{c['jobs']} queued", f"key {c['owner_id'] or '–'}", str(c["priority"]), "", "", ""
-        )
+        owner = c.get("owner") or f"key {c['owner_id'] or '–'}"  # an older server names keys
+        table.add_row("", f"{c['jobs']} queued", owner, str(c["priority"]), "", "", "")
     return table
 
 

@@ -139,6 +139,24 @@ def test_per_key_quota(app_client: TestClient, monkeypatch: pytest.MonkeyPatch) 
     assert app_client.post("/v1/jobs", json=BODY, headers=auth(key)).status_code == 201
 
 
+def test_a_multi_node_job_counts_once_per_node_in_the_quota(
+    app_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.core.config import get_settings
+
+    monkeypatch.setattr(get_settings(), "max_active_jobs_per_key", 4)
+    key = make_key("gangs")
+    gang = {**BODY, "resources": {"nodes": 4}}
+    assert app_client.post("/v1/jobs", json=gang, headers=auth(key)).status_code == 201
+    one_more = app_client.post("/v1/jobs", json=BODY, headers=auth(key))
+    assert one_more.status_code == 429, one_more.text  # the gang holds the key's 4 workers
+    too_big = app_client.post(
+        "/v1/jobs", json={**BODY, "resources": {"nodes": 8}}, headers=auth(make_key("x"))
+    )
+    assert too_big.status_code == 429
+    assert "runs on 8 nodes and counts as 8 jobs" in too_big.json()["detail"]
+
+
 def key_file_mode() -> int:
     from app.core.config import get_settings
 

@@ -362,3 +362,46 @@ def test_a_job_on_token_data_is_checked_against_its_vocabulary(clients: Client) 
     for model in (graph(EMBED, LSTM), graph(EMBED, {**LSTM, "op": "gru"})):
         ok = submit(client, dataset={"id": token_set}, model=model)
         assert ok.status_code == 201, ok.text
+
+
+def test_token_ids_are_planned_as_stored_int32_not_as_sent(
+    sqlite_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uint8 ids take a byte each as sent and four once stored: the limit holds the stored."""
+    from app.main import create_app
+
+    monkeypatch.setenv("EPOCHAL_MAX_UPLOAD_ARRAY_BYTES", "65536")
+    get_settings.cache_clear()
+    x = np.random.default_rng(0).integers(0, 12, (1000, 30), dtype=np.uint8)
+    y = np.arange(1000) % 2
+    assert x.nbytes + y.nbytes < 65536 < 4 * x.nbytes
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('tokens')}"
+        refused = upload(client, npz(x=x, y=y), kind="tokens")
+        assert refused.status_code == 413, refused.text
+        assert f"take {4 * x.nbytes + y.nbytes} bytes once stored" in refused.json()["detail"]
+        assert stored_files() == []
+        values = upload(client, npz(x=x, y=y))  # the same bytes as values stay uint8
+        assert values.status_code == 201, values.text
+
+
+def test_a_stored_upload_past_2_gib_is_recorded(pg_env: dict[str, str]) -> None:
+    """size_bytes is 64-bit: an int4 column refused the row of a stored 5 GiB upload."""
+    from app.core.db import session_scope
+    from app.domain import datasets
+    from app.domain.keys import create_key
+    from app.domain.tables import Dataset
+
+    size = 5 * 2**30
+    with session_scope() as session:
+        owner = create_key(session, "big")[0]
+        session.add(
+            Dataset(
+                id="big-upload", name="big", owner_id=owner.id, format="npz",
+                task="classification", shape=[30], dtype="int32", samples=10**7,
+                size_bytes=size, checksum="0" * 64,
+            )
+        )  # fmt: skip
+    with session_scope() as session:
+        assert session.get(Dataset, "big-upload").size_bytes == size  # type: ignore[union-attr]
+        assert datasets.stored_bytes(session, owner.id) >= size

@@ -81,6 +81,25 @@ def test_the_queue_shows_own_jobs_in_full_and_others_as_counts(app_client: TestC
     assert [e["position"] for e in everything["jobs"]] == [1, 2, 3] and everything["others"] == []
 
 
+def test_the_queue_names_no_other_key_but_an_admin_sees_every_owner(
+    app_client: TestClient,
+) -> None:
+    mine, theirs, third = make_key("mine"), make_key("theirs"), make_key("third")
+    admin = make_key("root", admin=True)
+    add_worker()
+    submit(app_client, mine, priority=70)
+    others = [submit(app_client, key, priority=30) for key in (theirs, theirs, third)]
+    with session_scope() as session:
+        owners = {crud.get_job(session, job_id).owner_id for job_id in others}  # type: ignore[union-attr]
+    response = app_client.get("/v1/queue", headers=as_key(app_client, mine))
+    assert not any(str(owner) in response.text for owner in owners)
+    assert response.json()["others"] == [
+        {"owner_id": None, "owner": "other keys", "priority": 30, "jobs": 3}
+    ]
+    everything = app_client.get("/v1/queue", headers=as_key(app_client, admin)).json()
+    assert {e["owner_id"] for e in everything["jobs"][1:]} == owners
+
+
 def test_no_live_worker_and_no_big_enough_worker_are_reasons(app_client: TestClient) -> None:
     key = make_key("user")
     waiting = submit(app_client, key)

@@ -70,6 +70,7 @@ def test_the_storage_quota_holds_under_concurrent_uploads(
     size = probe.json()["size_bytes"]
     assert client.delete(f"/v1/datasets/{probe.json()['id']}").status_code == 204
     monkeypatch.setenv("EPOCHAL_MAX_STORAGE_BYTES_PER_KEY", str(size * 5 // 2))
+    monkeypatch.setenv("EPOCHAL_MAX_UPLOADS_PER_KEY", str(UPLOADS))  # all of them side by side
     get_settings.cache_clear()
 
     def post(_: int) -> int:

@@ -224,3 +224,26 @@ def test_a_sweeps_priority_is_every_trials() -> None:
     assert trial_spec(SweepSpec.model_validate(body), 0, params).priority == 20
     urgent = SweepSpec.model_validate({**body, "priority": 80})
     assert trial_spec(urgent, 0, params).priority == 80
+
+
+def test_a_gangs_nodes_each_count_toward_its_keys_share(db_env: dict[str, str]) -> None:
+    """A 4-node job for 10 s used 40 node-seconds, more than 3 single jobs of 10 s each."""
+    ganged, single = new_key("ganged"), new_key("single")
+    body = {"framework": "pytorch", "dataset": {"name": "digits"}, "resources": {"nodes": 4}}
+    with session_scope() as session:
+        gang_id = crud.create_job(
+            session, JobSpec.model_validate(body), "gpus-0", owner_id=ganged
+        ).id
+        gang = crud.claim_job(session, gang_id, "w1", 60)  # as its gang forms: running
+        assert gang is not None
+    finish(gang, 10)
+    for _ in range(3):
+        new_job(owner=single)
+        ran = claim()
+        assert ran is not None and ran.owner_id == single
+        finish(ran, 10)
+    with session_scope() as session:
+        assert session.query(JobRun).filter(JobRun.job_id == gang_id).one().slots == 4
+    first, second = new_job(owner=ganged), new_job(owner=single)
+    order = [job.id for job in (claim(), claim()) if job is not None]
+    assert order == [second, first]  # the key that used fewer node-seconds goes first

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 from fastapi.testclient import TestClient
@@ -88,3 +88,44 @@ def test_a_revoked_keys_open_stream_ends_within_seconds(
     assert stream.wait(scaled(15)).status_code == 200  # a sanity bound; the time is printed
     print(f"\nthe stream ended {stream.ended_at - revoked_at:.2f} s after `keys revoke` returned")
     assert STREAMS.open[key_id] == 0
+
+
+JOB = {"framework": "pytorch", "dataset": {"name": "digits"}, "training": {"epochs": 1}}
+SWEEP = {
+    "name": "revoked",
+    "base": JOB,
+    "parameters": {"optimizer.learning_rate": {"type": "loguniform", "low": 1e-3, "high": 1e-1}},
+    "objective": {"metric": "val_accuracy"},
+    "max_trials": 4,
+    "max_parallel": 2,
+}
+
+
+def test_revoking_a_key_cancels_its_sweeps_and_unfinished_jobs(
+    db_env: dict[str, str], api: TestClient
+) -> None:
+    from app.core.db import session_scope
+    from app.domain import crud
+    from app.domain.tables import Job, Sweep
+
+    def post(key: str, path: str, body: Mapping[str, object]) -> str:
+        response = api.post(path, json=body, headers={"Authorization": f"Bearer {key}"})
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    key_id, key = create(db_env, "leaver")
+    other = create(db_env, "stays")[1]
+    queued, running = post(key, "/v1/jobs", JOB), post(key, "/v1/jobs", JOB)
+    sweep = post(key, "/v1/sweeps", SWEEP)
+    theirs = post(other, "/v1/jobs", JOB)
+    with session_scope() as session:
+        assert crud.claim_job(session, running, "w1", 60) is not None
+    revoked = keys(db_env, "revoke", key_id)
+    assert revoked.returncode == 0, revoked.stderr
+    assert "cancelled 1 sweep(s) and 2 unfinished job(s)" in revoked.stdout
+    with session_scope() as session:
+        status = {job_id: session.get(Job, job_id).status for job_id in (queued, running, theirs)}  # type: ignore[union-attr]
+        trials = session.query(Job).filter(Job.sweep_id == sweep).all()
+        assert session.get(Sweep, sweep).status == "cancelled"  # type: ignore[union-attr]
+    assert status == {queued: "cancelled", running: "cancelling", theirs: "queued"}
+    assert trials and {trial.status for trial in trials} == {"cancelled"}

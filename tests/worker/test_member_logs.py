@@ -18,6 +18,7 @@ from app.domain.retention import remove_job_files
 from app.schemas.job_spec import JobSpec
 from tests.worker.gang_nodes import stand_in_child, start_node
 from worker.supervisor.attempt import note
+from worker.supervisor.job_end import record_end
 
 # The training process's part: it prints to stdout, which the supervisor points at the log.
 CHILD = "import os\nprint('child of node', os.environ['EPOCHAL_GANG_NODE'], flush=True)\n"
@@ -56,3 +57,22 @@ def test_each_node_writes_and_ships_only_its_own_lines(settings: Settings) -> No
     assert member1.log == files.member_log(1) != files.log == rank0.log
     remove_job_files(settings.resolved_artifacts_dir, job_id)  # as deleting the job does
     assert not os.path.exists(files.root)
+
+
+def test_a_members_whole_tail_ships_at_its_end(settings: Settings) -> None:
+    """More than one read's worth written after the last heartbeat, the last line unended."""
+    spec = JobSpec.model_validate(
+        {"framework": "pytorch", "dataset": {"name": "digits"}, "resources": {"nodes": 2}}
+    )
+    with session_scope() as session:
+        job_id = crud.create_job(session, spec, "gpus-0").id
+    member1 = start_node(settings, job_id, spec, 1)
+    assert member1.shipper is not None
+    with member1.log.open("a") as f:
+        f.write("".join(f"{i:04d} {'y' * 500}\n" for i in range(3000)) + "the very last")
+    member1.lost = True  # the end that ships and leaves (a member's own end does the same)
+    record_end(settings, member1)
+    with session_scope() as session:
+        lines = member_log.tail(session, job_id, 1, 5000)[0]
+    assert lines[-1] == "the very last" and lines[-2].startswith("2999 ")
+    assert [line[:4] for line in lines[-3001:-1]] == [f"{i:04d}" for i in range(3000)]

@@ -116,4 +116,4 @@ def record_end(settings: Settings, run: Attempt) -> None:
 def _ship_rest(run: Attempt) -> None:
     """Another node's last lines (its end among them) go to the database before it leaves."""
     if run.shipper is not None:
-        run.shipper.ship()
+        run.shipper.ship(final=True)

@@ -33,11 +33,15 @@ def _default_name(filename: str | None) -> str:
 
 
 def _read(
-    session: SessionDep, key: CurrentKey, file: UploadFile, size: int, form: tuple[str, str | None]
+    session: SessionDep,
+    key: CurrentKey,
+    file: UploadFile,
+    size: int,
+    form: tuple[str, str | None, str],
 ) -> tuple[str, uploads.Arrays]:
     """Check the upload's cost from its headers (limits, quota), then parse it."""
     settings = get_settings()
-    task, label_column = form
+    task, label_column, kind = form
     if size > settings.max_upload_bytes:  # the body limit catches it first; in depth
         raise uploads.UploadError(413, f"the file is over {settings.max_upload_bytes} bytes")
     fmt = uploads.sniff_format(file.file, file.filename or "")
@@ -45,7 +49,12 @@ def _read(
         raise uploads.UploadError(422, "label_column applies to CSV uploads only")
     if fmt == "csv" and not label_column:
         raise uploads.UploadError(422, "a CSV upload needs label_column: the column holding y")
-    plan = npz_reader.plan_npz(file.file, task) if fmt == "npz" else uploads.plan_csv(file.file)
+    if fmt == "csv" and kind == "tokens":  # CSV is read as float32; token ids are integers
+        raise uploads.UploadError(422, "kind tokens needs integer token ids (.npz), not a CSV")
+    if fmt == "npz":
+        plan = npz_reader.plan_npz(file.file, task, kind)
+    else:
+        plan = uploads.plan_csv(file.file)
     _check_cost(session, key, plan)
     if fmt == "npz":
         return fmt, uploads.Arrays(**npz_reader.read_npz(file.file, plan))
@@ -67,7 +76,7 @@ def _check_cost(session: SessionDep, key: CurrentKey, plan: uploads.Plan) -> Non
         raise uploads.UploadError(
             413,
             f"the arrays take {plan.stored_bytes} bytes once stored (x as float32 unless "
-            f"uint8); the limit is {limit} (EPOCHAL_MAX_UPLOAD_ARRAY_BYTES)",
+            f"uint8, token ids as int32); the limit is {limit} (EPOCHAL_MAX_UPLOAD_ARRAY_BYTES)",
         )
     why = datasets.over_quota(session, key.id, plan.stored_bytes, "this upload needs")
     session.rollback()  # end the read: no transaction stays open while the file is parsed
@@ -80,7 +89,10 @@ def _check_cost(session: SessionDep, key: CurrentKey, plan: uploads.Plan) -> Non
     status_code=status.HTTP_201_CREATED,
     response_model=DatasetPublic,
     operation_id="create_dataset",
-    responses={507: documented("over the key's EPOCHAL_MAX_STORAGE_BYTES_PER_KEY")},
+    responses={
+        429: documented("the key has EPOCHAL_MAX_UPLOADS_PER_KEY uploads in progress already"),
+        507: documented("over the key's EPOCHAL_MAX_STORAGE_BYTES_PER_KEY"),
+    },
 )
 def create_dataset(
     session: SessionDep,
@@ -97,7 +109,7 @@ def create_dataset(
     """Upload a data set; it is validated, then stored as .npz under the data dir."""
     checksum, size = uploads.sha256_and_size(file.file)
     try:
-        fmt, raw = _read(session, key, file, size, (task, label_column))
+        fmt, raw = _read(session, key, file, size, (task, label_column, kind))
         arrays, summary = uploads.validate(raw, task, kind)
     except uploads.UploadError as exc:
         raise HTTPException(exc.status, exc.detail) from exc

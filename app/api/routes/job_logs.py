@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
-from app.api.deps import JobDep, SessionDep
+from app.api.deps import CurrentKey, JobDep, SessionDep
 from app.core.config import get_settings
 from app.domain import member_log
 from app.domain.job_files import JobFiles
 from app.domain.job_log import MAX_TAIL_LINES, tail_lines
-from app.domain.redact import without_server_paths
+from app.domain.redact import job_texts, without_server_paths
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -29,6 +29,7 @@ class JobLogPublic(BaseModel):
 def read_job_logs(
     job: JobDep,
     session: SessionDep,
+    key: CurrentKey,
     tail: Annotated[int, Query(ge=1, le=MAX_TAIL_LINES)] = 200,
     member: Annotated[
         int, Query(ge=0, description="a multi-node job's member (node rank); 0: rank 0's log")
@@ -47,5 +48,6 @@ def read_job_logs(
         lines, truncated = tail_lines(log, tail)
     else:
         lines, truncated = member_log.tail(session, job.id, member, tail)
-    shown = [without_server_paths(line) for line in lines]
+    hidden = job_texts(session, job, key)  # a gang's hosts, for an admin only
+    shown = [hidden(without_server_paths(line)) for line in lines]
     return JobLogPublic(job_id=job.id, member=member, lines=shown, truncated=truncated)

@@ -33,7 +33,8 @@ from app.api.responses import FastJSON
 from app.core.config import get_settings
 from app.domain import crud, datasets, retention
 from app.domain.admission import disk_estimate
-from app.domain.redact import without_server_paths
+from app.domain.keys import Caller
+from app.domain.redact import job_texts, without_server_paths
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import Job, Sweep
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
@@ -58,15 +59,17 @@ def summary(job: Job) -> JobSummary:
     )
 
 
-def public(session: SessionDep, job: Job) -> JobPublic:
+def public(session: SessionDep, job: Job, key: Caller | None = None) -> JobPublic:
     """A job as the routes answer it, from its ORM row (GET /v1/jobs/{id} also has a fast path
-    that writes the same bytes from plain rows: app.api.polled.job_content)."""
+    that writes the same bytes from plain rows: app.api.polled.job_content). A multi-node job's
+    texts name its workers: `key` sees them unless it is an admin's (None: none is shown)."""
     wait_reason, queue = polled.waiting(session, job)
-    return JobPublic.model_validate(
+    shown = job_texts(session, job, key)
+    found = JobPublic.model_validate(
         {
             **summary(job).model_dump(),
             "error_code": job.error_code,
-            "error": job.error and without_server_paths(job.error),  # rows written before §10c
+            "error": job.error and shown(without_server_paths(job.error)),  # rows before §10c
             "result": job.result,
             "spec": job.spec,
             "wait_reason": wait_reason,
@@ -76,6 +79,9 @@ def public(session: SessionDep, job: Job) -> JobPublic:
             "transitions": crud.transitions(session, job.id),
         }
     )
+    for transition in found.transitions:
+        transition.reason = shown(transition.reason)
+    return found
 
 
 def _replay(session: SessionDep, key: CurrentKey, idem: str, digest: str) -> Job | None:
@@ -86,10 +92,21 @@ def _replay(session: SessionDep, key: CurrentKey, idem: str, digest: str) -> Job
     return earlier
 
 
-def _check_quota(session: SessionDep, key: CurrentKey) -> None:
+def _check_quota(session: SessionDep, key: CurrentKey, nodes: int) -> None:
+    """429 past the key's queued or running jobs, a multi-node job counted once per node."""
     limit = get_settings().max_active_jobs_per_key
-    if limit and crud.count_active(session, key.id) >= limit:
+    if not limit:
+        return
+    active = crud.count_active(session, key.id)
+    if active + nodes <= limit:
+        return
+    if nodes == 1:
         raise HTTPException(429, f"this key already has {limit} queued or running jobs")
+    raise HTTPException(
+        429,
+        f"this job runs on {nodes} nodes and counts as {nodes} jobs; this key has {active} "
+        f"queued or running of its {limit} (EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY)",
+    )
 
 
 @router.post(
@@ -131,7 +148,7 @@ def _store(
     digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
     if idempotency_key and (earlier := _replay(session, key, idempotency_key, digest)):
         return None, public(session, earlier)
-    _check_quota(session, key)
+    _check_quota(session, key, spec.resources.nodes)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     check_job_fits(session, key, spec)  # and the job must fit in a worker's memory and disk
     check_job_priority(session, key, spec)  # within the key's cap
@@ -176,9 +193,9 @@ async def read_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, operation_id="get_job")
-def read_job(session: SessionDep, job: JobDep) -> JobPublic:
+def read_job(session: SessionDep, job: JobDep, key: CurrentKey) -> JobPublic:
     """One job: spec, status, progress, result, transitions."""
-    return public(session, job)
+    return public(session, job, key)
 
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic, operation_id="list_metrics")
@@ -203,7 +220,7 @@ async def read_metrics(
     operation_id="cancel_job",
     responses={409: documented("the job has ended already")},
 )
-def cancel_job(session: SessionDep, job: JobDep) -> JobPublic:
+def cancel_job(session: SessionDep, job: JobDep, key: CurrentKey) -> JobPublic:
     """Cancel: a queued job never runs; a running one stops at the next step boundary."""
     try:
         crud.request_cancel(session, job)
@@ -212,7 +229,7 @@ def cancel_job(session: SessionDep, job: JobDep) -> JobPublic:
     session.commit()
     if job.sweep_id and job.status == JobStatus.cancelled:  # a queued trial ended at once
         sweeps.trial_ended(job.sweep_id)
-    return public(session, job)
+    return public(session, job, key)
 
 
 @router.delete(

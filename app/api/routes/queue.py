@@ -21,8 +21,8 @@ router = APIRouter(prefix="/queue", tags=["queue"])
 def read_queue(
     session: SessionDep, key: CurrentKey, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> QueuePublic:
-    """Own queued jobs in full with position, reason and ETA (an admin: everyone's); others'
-    as counts per priority and key."""
+    """Own queued jobs in full with position, reason and ETA (an admin: everyone's, with their
+    keys); others' as counts per priority, their keys not named."""
     settings = get_settings()
     queued = [Job.status == JobStatus.queued]
     mine = [] if key.is_admin else [Job.owner_id == key.id]
@@ -48,15 +48,15 @@ def read_queue(
                 estimated_start=place.estimated_start,
             )
         )
-    counts = session.execute(
-        select(Job.owner_id, Job.priority, func.count())
-        .where(*queued, *([] if key.is_admin else [Job.owner_id.is_distinct_from(key.id)]))
-        .group_by(Job.owner_id, Job.priority)
-        .order_by(Job.priority.desc(), Job.owner_id)
-    ).all()
-    others = (
-        [] if key.is_admin else [QueueCount(owner_id=o, priority=p, jobs=n) for o, p, n in counts]
-    )
+    others: list[QueueCount] = []
+    if not key.is_admin:  # an admin's own list has every job; others' keys are not named
+        counts = session.execute(
+            select(Job.priority, func.count())
+            .where(*queued, Job.owner_id.is_distinct_from(key.id))
+            .group_by(Job.priority)
+            .order_by(Job.priority.desc())
+        ).all()
+        others = [QueueCount(priority=p, jobs=n) for p, n in counts]
     total = session.scalar(select(func.count()).select_from(Job).where(*queued))
     return QueuePublic(
         jobs=sorted(entries, key=lambda e: (e.position, e.created_at)),

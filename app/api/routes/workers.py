@@ -6,8 +6,6 @@ what is busy: no hostname (nor the host in the worker's name), GPU ids, memory o
 
 from __future__ import annotations
 
-import hashlib
-
 from fastapi import APIRouter
 from sqlalchemy import select
 
@@ -15,16 +13,11 @@ from app.api.deps import CurrentKey, SessionDep
 from app.core.config import get_settings
 from app.domain import crud
 from app.domain.keys import Caller
+from app.domain.redact import public_worker_name
 from app.domain.tables import Job, Worker
 from app.schemas.resources import WorkerPublic, WorkersPublic
 
 router = APIRouter(prefix="/workers", tags=["workers"])
-
-
-def public_name(name: str) -> str:
-    """The worker's name with what follows its `@` (the host, as `%h` expands) a digest."""
-    label = name.partition("@")[0] if "@" in name else "worker"
-    return f"{label}@{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def shown(worker: Worker, key: Caller, job_id: str | None) -> WorkerPublic:
@@ -38,7 +31,7 @@ def shown(worker: Worker, key: Caller, job_id: str | None) -> WorkerPublic:
         "heartbeat_at": worker.heartbeat_at,
     }
     if not key.is_admin:
-        return WorkerPublic(name=public_name(worker.name), **common)
+        return WorkerPublic(name=public_worker_name(worker.name), **common)
     return WorkerPublic(
         name=worker.name,
         hostname=worker.hostname,
