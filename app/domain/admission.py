@@ -31,7 +31,7 @@ from app.domain.cost import (
 )
 from app.domain.datasets import get_visible
 from app.domain.keys import Caller
-from app.domain.sweep_space import set_path, space_edges
+from app.domain.sweep_space import apply_params, combinations, space_edges
 from app.domain.tables import Dataset, Worker, utcnow
 from app.schemas.graph import GraphError
 from app.schemas.job_spec import JobSpec
@@ -142,7 +142,11 @@ def disk_estimate(session: Session, spec: JobSpec, key: Caller) -> int | None:
 
 
 def admission_errors(
-    session: Session, spec: JobSpec, key: Caller, where: str = "", lookups: Lookups | None = None
+    session: Session,
+    spec: JobSpec,
+    key: Caller | None,
+    where: str = "",
+    lookups: Lookups | None = None,
 ) -> list[Any]:
     """Why this job cannot be admitted on cost, as field errors ([] when it fits)."""
     lookups = lookups or Lookups(session, key)
@@ -158,8 +162,10 @@ def admission_errors(
 
 
 def sweep_admission_errors(session: Session, sweep: SweepSpec, key: Caller) -> list[Any]:
-    """The base must fit, and so must each parameter's ends (each alone, on the base): at
-    most MAX_EDGE_VALUES specs, sharing one read of each row."""
+    """The base must fit, and so must each parameter's ends, each alone on the base and then
+    together (as space_errors checks them: a trial of the largest batch and the widest layer
+    fits only if both do at once): at most MAX_EDGE_VALUES + MAX_COMBINATIONS specs, sharing
+    one read of each row."""
     lookups = Lookups(session, key)
     errors = admission_errors(session, sweep.base, key, "base", lookups)
     edges = space_edges(sweep.parameters)
@@ -168,12 +174,24 @@ def sweep_admission_errors(session: Session, sweep: SweepSpec, key: Caller) -> l
     base = sweep.base.model_dump(mode="json")
     for path, values in edges.items():
         for value in values:
-            trial = JobSpec.model_validate_json(json.dumps(set_path(base, path, value)))
-            found = admission_errors(session, trial, key, lookups=lookups)
-            if found:
+            if found := _trial_errors(session, key, lookups, apply_params(base, {path: value})):
                 msg = f"the value {json.dumps(value)[:80]} makes a job that does not fit: "
-                return [_error(f"parameters.{path}", msg + found[0]["msg"])]
+                return [_error(f"parameters.{path}", msg + found)]
+    for params in combinations(edges):
+        if found := _trial_errors(session, key, lookups, apply_params(base, params)):
+            together = ", ".join(f"{p}={json.dumps(v)[:80]}" for p, v in params.items())
+            msg = f"together ({together}) they make a job that does not fit: {found}"
+            return [_error(f"parameters.{p}", msg) for p in params]
     return []
+
+
+def _trial_errors(
+    session: Session, key: Caller, lookups: Lookups, body: dict[str, Any]
+) -> str | None:
+    """Why the job of this body does not fit (its first reason), or None when it does."""
+    trial = JobSpec.model_validate_json(json.dumps(body))
+    found = admission_errors(session, trial, key, lookups=lookups)
+    return str(found[0]["msg"]) if found else None
 
 
 def _error(field: str, msg: str) -> dict[str, Any]:

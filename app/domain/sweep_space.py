@@ -7,8 +7,11 @@ validating it exactly as POST /v1/jobs would. The errors name the parameter (422
 
 Every check is bounded before it runs (RELIABILITY.md §10b): a grid's size is computed from
 its ranges, never by listing them; at most MAX_EDGE_VALUES specs are checked one parameter at
-a time (a space with more is a 422), and the combinations only when there are at most
-MAX_COMBINATIONS of them.
+a time (a space with more is a 422), and at most MAX_COMBINATIONS combinations (every one when
+there are no more, else a fixed sample).
+
+`priority` and `preemptible` are not parameters: they are what a key's caps limit, and a
+trial's priority is the sweep's own `priority` field, checked against the cap at submit.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import random
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -36,7 +40,7 @@ ENUMERATE_INTS = 64  # an int range this short is checked at every value
 # Specs validated one parameter at a time, over all parameters (~0.1 ms each): a space with
 # more edge values is refused; its short int ranges are then checked at their ends only.
 MAX_EDGE_VALUES = 1024
-MAX_COMBINATIONS = 512  # beyond this the edges are checked one parameter at a time
+MAX_COMBINATIONS = 512  # beyond this a fixed sample of this many combinations is checked
 GRID_LIMIT = 100_000
 
 
@@ -190,7 +194,7 @@ def _error(path: str, msg: str, where: str = "parameters") -> dict[str, Any]:
     return {"loc": ("body", where, path), "msg": msg, "type": "value_error"}
 
 
-def _rejection(spec: dict[str, Any]) -> str | None:
+def rejection(spec: dict[str, Any]) -> str | None:
     """What the job schema says about this spec (as POST /v1/jobs would), or None if valid."""
     try:
         JobSpec.model_validate_json(json.dumps(spec))
@@ -210,7 +214,7 @@ def _shown(value: Any) -> str:
 def _invalid(base: dict[str, Any], params: Mapping[str, Any]) -> str | None:
     """Why the spec these values make is not a job, or None when it is one."""
     try:
-        return _rejection(apply_params(base, params))
+        return rejection(apply_params(base, params))
     except PathError as exc:  # a parent's value (a whole graph) lacks the indexed entry
         return str(exc)
 
@@ -239,12 +243,29 @@ def _each_alone(base: dict[str, Any], edges: Mapping[str, list[Any]]) -> list[di
     return errors
 
 
+def combinations(edges: Mapping[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    """The edge values of two or more parameters together: every combination when there are
+    at most MAX_COMBINATIONS, else that many of them (both corners, then a fixed sample), so
+    the check stays bounded. A trial is admitted as a whole at launch as well
+    (app.services.trial_limits), so a combination the sample misses fails only its trial."""
+    paths = sorted(edges)
+    if len(paths) < 2:
+        return
+    lists = [edges[p] for p in paths]
+    if _product_size([len(v) for v in lists]) <= MAX_COMBINATIONS:
+        for values in itertools.product(*lists):
+            yield dict(zip(paths, values, strict=True))
+        return
+    draw = random.Random(len(paths))  # the same sample for the same space, every time
+    yield dict(zip(paths, [v[0] for v in lists], strict=True))
+    yield dict(zip(paths, [v[-1] for v in lists], strict=True))
+    for _ in range(MAX_COMBINATIONS - 2):
+        yield dict(zip(paths, [draw.choice(v) for v in lists], strict=True))
+
+
 def _combined(base: dict[str, Any], edges: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     paths = sorted(edges)
-    if len(paths) < 2 or _product_size([len(edges[p]) for p in paths]) > MAX_COMBINATIONS:
-        return []
-    for values in itertools.product(*(edges[p] for p in paths)):
-        params = dict(zip(paths, values, strict=True))
+    for params in combinations(edges):
         why = _invalid(base, params)
         if why is not None:
             together = ", ".join(f"{p}={_shown(v)}" for p, v in params.items())
@@ -287,11 +308,21 @@ def _grid_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
     return []
 
 
+UNSWEEPABLE = {
+    "priority": "priority is not a sweep parameter: set the sweep's own priority field "
+    "(within the key's cap); every trial runs at it",
+    "preemptible": "preemptible is not a sweep parameter: set it in the base (false: admin "
+    "keys only)",
+}
+
+
 def space_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
     """Every way the sweep's space can make a job the schema rejects (empty: it is sound)."""
     unknown = [p for p in sweep.parameters if not path_exists(p)]
     if unknown:
         return [_error(p, f"{p} is not a field of the job spec") for p in unknown]
+    if capped := [p for p in sweep.parameters if p in UNSWEEPABLE]:
+        return [_error(p, UNSWEEPABLE[p]) for p in capped]
     errors = _grid_errors(sweep)  # first: it costs nothing, and bounds what grid_values lists
     edges = space_edges(sweep.parameters)
     if edges is None:

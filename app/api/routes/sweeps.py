@@ -68,6 +68,7 @@ def summary(sweep: Sweep, best_objective: float | None = None) -> SweepSummary:
         objective=spec.objective,
         best_objective=best_objective,
         wait_reason=sweep.wait_reason if sweep.finished_at is None else None,
+        error=sweep.error,
     )
 
 
@@ -124,7 +125,14 @@ SUBMITS = WorkBound("sweep submits", 2, 5.0)
 
 
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=SweepPublic, operation_id="create_sweep"
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SweepPublic,
+    operation_id="create_sweep",
+    responses={
+        403: documented("a priority over the key's cap, or preemptible: false from a non-admin"),
+        429: documented("this key has EPOCHAL_MAX_OPEN_SWEEPS_PER_KEY unfinished sweeps"),
+    },
 )
 async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> SweepPublic:
     """Submit a sweep; a space that can make a job the schema rejects is a 422 naming it."""
@@ -137,12 +145,16 @@ async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) ->
 def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[SweepPublic, list[Job]]:
     """The space checked, then the sweep and its first trials, committed: its body, and the
     trials to publish (none while its owner's limits are reached: it waits)."""
-    if errors := space_errors(spec):
-        raise RequestValidationError(errors)
-    check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
-    check_job_fits(session, key, spec)
-    check_job_priority(session, key, spec)  # within the key's cap
-    sweep, trials = controller.submit(session, spec, key.id)
+    try:
+        rows.check_open_sweeps(session, key.id)  # before the costly checks; again at the insert
+        if errors := space_errors(spec):
+            raise RequestValidationError(errors)
+        check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
+        check_job_fits(session, key, spec)
+        spec = check_job_priority(session, key, spec)  # within the key's cap
+        sweep, trials = controller.submit(session, spec, key.id)
+    except rows.TooManySweeps as exc:
+        raise HTTPException(429, str(exc)) from exc
     return public(session, sweep), trials
 
 
