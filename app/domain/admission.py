@@ -31,7 +31,8 @@ from app.domain.cost import (
 )
 from app.domain.datasets import get_visible
 from app.domain.keys import Caller
-from app.domain.sweep_space import apply_params, combinations, space_edges
+from app.domain.spec_paths import apply_params
+from app.domain.sweep_space import combinations, space_edges
 from app.domain.tables import Dataset, Worker, utcnow
 from app.schemas.graph import GraphError
 from app.schemas.job_spec import JobSpec
@@ -46,6 +47,7 @@ class Lookups:
         self.session, self.key = session, key
         self._data: dict[str, DataShape | None] = {}
         self._capacity: dict[int, tuple[int | None, int | None]] = {}
+        self._limit: dict[int | None, tuple[int | None, str]] = {}
 
     def data(self, spec: JobSpec) -> DataShape | None:
         """What the job loads, from the spec or its upload's row (None: no upload this key
@@ -67,6 +69,12 @@ class Lookups:
         if gpus not in self._capacity:
             self._capacity[gpus] = worker_capacity(self.session, gpus)
         return self._capacity[gpus]
+
+    def limit(self, worker_memory: int | None) -> tuple[int | None, str]:
+        """memory_limit, read once (it reads the host's cgroup files)."""
+        if worker_memory not in self._limit:
+            self._limit[worker_memory] = memory_limit(worker_memory)
+        return self._limit[worker_memory]
 
 
 def _shape_of(row: Dataset) -> DataShape:
@@ -112,10 +120,16 @@ def memory_limit(worker_memory: int | None) -> tuple[int | None, str]:
     return host_memory_bytes(), "this host's memory (no live worker reports its own)"
 
 
-def cost_errors(spec: JobSpec, cost: Cost, capacity: tuple[int | None, int | None]) -> list[Any]:
-    """Field errors (RequestValidationError's shape) when the job cannot fit; [] when it can."""
+def cost_errors(
+    spec: JobSpec,
+    cost: Cost,
+    capacity: tuple[int | None, int | None],
+    bound: tuple[int | None, str] | None = None,
+) -> list[Any]:
+    """Field errors (RequestValidationError's shape) when the job cannot fit; [] when it can
+    (`bound`: memory_limit of the capacity, when the caller has it)."""
     worker_memory, worker_disk = capacity
-    limit, source = memory_limit(worker_memory)
+    limit, source = bound or memory_limit(worker_memory)
     errors: list[dict[str, Any]] = []
     if limit is not None and cost.memory_bytes > limit:
         msg = (
@@ -153,7 +167,8 @@ def admission_errors(
     data = lookups.data(spec)
     if data is None:
         return []  # the data-set check answers for a missing upload
-    errors = cost_errors(spec, estimate(spec, data), lookups.capacity(spec.resources.gpus))
+    capacity = lookups.capacity(spec.resources.gpus)
+    errors = cost_errors(spec, estimate(spec, data), capacity, lookups.limit(capacity[0]))
     return (
         [{**e, "loc": ("body", *where.split("."), *e["loc"][1:])} for e in errors]
         if where

@@ -25,6 +25,7 @@ from app.core.db import session_scope
 from app.domain import crud
 from app.domain import sweeps as rows
 from app.domain.redact import without_server_paths
+from app.domain.spec_paths import apply_params
 from app.domain.states import (
     TERMINAL,
     JobStatus,
@@ -32,7 +33,7 @@ from app.domain.states import (
     SweepStatus,
     TrialState,
 )
-from app.domain.sweep_space import apply_params, grid_size
+from app.domain.sweep_space import grid_size
 from app.domain.tables import Job, Sweep, utcnow
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec

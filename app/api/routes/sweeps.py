@@ -22,8 +22,9 @@ from app.api.deps import (
 )
 from app.api.errors import documented
 from app.domain import sweeps as rows
+from app.domain.spec_paths import value_at
 from app.domain.states import TrialState
-from app.domain.sweep_space import space_errors, value_at
+from app.domain.sweep_space import space_errors
 from app.domain.tables import Job, Sweep
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.sweep import (
