@@ -2,10 +2,14 @@
 databases: priority and preemptible are not parameters, a trial is admitted as a whole spec
 with its owner's current caps (a refused one is a failed trial, with the reason), the edge
 combinations are checked however many there are, one broken sweep never stops the
-maintenance round for the others, and a key's unfinished sweeps are bounded."""
+maintenance round for the others, a key's unfinished sweeps are bounded, and one key's slow
+bodies hold one validation slot at a time."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -228,3 +232,35 @@ def test_a_sweep_waiting_on_its_keys_limit_is_not_topped_up_until_a_job_ends(
     with session_scope() as session:
         assert sweeps.top_up_unfinished(session) == 1
     assert alice.get(f"/v1/sweeps/{body['id']}").json()["trials_launched"] == 1
+
+
+def test_one_key_holds_one_sweep_validation_slot_at_a_time() -> None:
+    from app.api.routes.sweeps import SUBMITS
+
+    started: list[str] = []
+    release = threading.Event()
+
+    def slow(name: str) -> Callable[[], str]:
+        def work() -> str:  # a body whose space takes seconds to check
+            started.append(name)
+            release.wait(10)
+            return name
+
+        return work
+
+    async def main() -> tuple[list[str], list[str]]:
+        first = asyncio.create_task(SUBMITS.run(slow("a1"), owner="a"))
+        second = asyncio.create_task(SUBMITS.run(slow("a2"), owner="a"))
+        await asyncio.sleep(0.1)
+        other = asyncio.create_task(SUBMITS.run(slow("b"), owner="b"))
+        for _ in range(100):  # until two works hold the two slots
+            if len(started) == 2:
+                break
+            await asyncio.sleep(0.02)
+        running = sorted(started)
+        release.set()
+        return running, list(await asyncio.gather(first, second, other))
+
+    running, done = asyncio.run(main())
+    assert running == ["a1", "b"]  # the other key's body did not wait behind a second of a's
+    assert done == ["a1", "a2", "b"]

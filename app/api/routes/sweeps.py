@@ -121,8 +121,9 @@ def public(session: SessionDep, sweep: Sweep) -> SweepPublic:
 
 
 # Checking a space validates up to ~2,500 specs (RELIABILITY.md §10b): off the event loop, and
-# at most this many submits at once per process, so their threads cannot crowd the loop's out.
-SUBMITS = WorkBound("sweep submits", 2, 5.0)
+# at most this many submits at once per process, so their threads cannot crowd the loop's out;
+# one of them per key, so one key's slow bodies never hold every slot.
+SUBMITS = WorkBound("sweep submits", 2, 5.0, per_owner=1)
 
 
 @router.post(
@@ -137,7 +138,7 @@ SUBMITS = WorkBound("sweep submits", 2, 5.0)
 )
 async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> SweepPublic:
     """Submit a sweep; a space that can make a job the schema rejects is a 422 naming it."""
-    body, trials = await SUBMITS.run(partial(_store, session, key, spec))
+    body, trials = await SUBMITS.run(partial(_store, session, key, spec), owner=key.id)
     await release_db(session)  # no DB slot held while the broker retries (like a job submit)
     await run_in_threadpool(dispatch_new, trials)
     return body
