@@ -121,7 +121,7 @@ def top_up(session: Session, sweep_id: str, publish: bool = True) -> list[Job]:
 
 def _failed_trials(spec: SweepSpec, jobs: Sequence[Job]) -> str:
     failed = sum(j.status == JobStatus.failed for j in jobs)
-    return f"{failed} trials failed, more than max_failed_trials={spec.max_failed_trials}"
+    return f"failed trials: {failed}, more than max_failed_trials={spec.max_failed_trials}"
 
 
 def _tell_ended(study: Any, ended: Sequence[Job], values: dict[str, float], by_number: Any) -> None:

@@ -82,7 +82,8 @@ def test_priority_and_preemptible_are_not_sweep_parameters(clients: Client) -> N
 def test_a_trial_is_admitted_with_its_owners_current_cap(clients: Client) -> None:
     key = make_key("alice")
     alice = clients(key)
-    created = alice.post("/v1/sweeps", json=sweep(hostile.BASE, RATE, priority=90, max_parallel=1))
+    body = sweep(hostile.BASE, RATE, priority=90, max_parallel=1, max_failed_trials=0)
+    created = alice.post("/v1/sweeps", json=body)
     assert created.status_code == 201, created.text
     body = created.json()
     cap(key, 10)  # an admin lowers the key's cap while the sweep runs
@@ -94,6 +95,11 @@ def test_a_trial_is_admitted_with_its_owners_current_cap(clients: Client) -> Non
     trial = alice.get(f"/v1/sweeps/{body['id']}").json()["trials"][1]
     assert trial["state"] == "failed"
     assert alice.get(f"/v1/jobs/{jobs[1].id}").json()["error"] == jobs[1].error
+    with session_scope() as session:  # the next top-up counts it against max_failed_trials
+        sweeps.top_up_unfinished(session)
+    ended = alice.get(f"/v1/sweeps/{body['id']}").json()
+    assert ended["status"] == "failed" and ended["finished_at"] is not None
+    assert ended["error"] == "failed trials: 1, more than max_failed_trials=0"
 
 
 def test_a_grid_is_costed_as_whole_trials_at_submit(
