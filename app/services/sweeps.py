@@ -267,6 +267,19 @@ def top_up_unfinished(session: Session) -> int:
     return done
 
 
+def _transient(exc: BaseException) -> bool:
+    """A database or I/O error, however wrapped (Optuna raises its own error from
+    SQLAlchemy's): the next round may succeed, so the sweep is not failed for it."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes is short; never loop on a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, SQLAlchemyError | OSError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _top_up_alone(session: Session, sweep: Sweep) -> bool:
     """Top one sweep up if it needs it, so that no sweep stops the round for the others: one
     whose top-up raises (a spec this version cannot read, a bug) is failed with the reason
@@ -278,12 +291,11 @@ def _top_up_alone(session: Session, sweep: Sweep) -> bool:
         session.commit()
         top_up(session, sweep_id)
         return True
-    except (SQLAlchemyError, OSError):
+    except Exception as exc:  # the sweep's own fault, unless transient: never every sweep's
         session.rollback()
-        log.warning("could not top up sweep %s; the next round will", sweep_id, exc_info=True)
-        return False
-    except Exception as exc:  # the sweep's own fault: it must not stop every other sweep
-        session.rollback()
+        if _transient(exc):
+            log.warning("could not top up sweep %s; the next round will", sweep_id, exc_info=True)
+            return False
         log.warning("sweep %s failed: it could not be topped up", sweep_id, exc_info=True)
         why = f"it could not be topped up ({type(exc).__name__}: {str(exc)[:300]})"
         rows.fail(session, sweep_id, without_server_paths(why))

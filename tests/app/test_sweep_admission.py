@@ -270,3 +270,24 @@ def test_one_key_holds_one_sweep_validation_slot_at_a_time() -> None:
     running, done = asyncio.run(main())
     assert running == ["a1", "b"]  # the other key's body did not wait behind a second of a's
     assert done == ["a1", "a2", "b"]
+
+
+def test_a_database_error_however_wrapped_never_fails_a_sweep() -> None:
+    import optuna
+    from pydantic import ValidationError
+    from sqlalchemy.exc import OperationalError
+
+    def wrapped() -> BaseException:  # what Optuna's storage raises when the database is away
+        try:
+            try:
+                raise OperationalError("SELECT 1", {}, Exception("database is locked"))
+            except OperationalError as exc:
+                raise optuna.exceptions.StorageInternalError("commit failed") from exc
+        except optuna.exceptions.StorageInternalError as exc:
+            return exc
+
+    assert sweeps._transient(wrapped())
+    assert sweeps._transient(OSError("no space left"))
+    with pytest.raises(ValidationError) as unreadable:
+        SweepSpec.model_validate({"max_parallel": 2})
+    assert not sweeps._transient(unreadable.value)  # the sweep's own: failed, the others go on
