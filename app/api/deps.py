@@ -200,14 +200,33 @@ def check_job_fits(session: Session, key: Caller, spec: JobSpec | SweepSpec) -> 
         raise RequestValidationError(errors)
 
 
-def check_job_priority(session: Session, key: Caller, spec: JobSpec | SweepSpec) -> None:
-    """403 when the key may not ask this priority (its admin-set cap) or preemptible: false."""
+Spec = TypeVar("Spec", JobSpec, SweepSpec)
+
+
+def check_job_priority(session: Session, key: Caller, spec: Spec) -> Spec:
+    """403 when the key may not ask this priority (its admin-set cap) or preemptible: false.
+    The spec to store: one that asks no priority runs at the default or the key's cap,
+    whichever is lower."""
+    row = session.get(ApiKey, key.id)
+    cap = None if key.is_admin or row is None else row.max_priority
+    spec = _default_within(spec, cap)
     job = spec.base if isinstance(spec, SweepSpec) else spec
     priority = (
         spec.priority if isinstance(spec, SweepSpec) and spec.priority is not None else job.priority
     )
-    row = session.get(ApiKey, key.id)
-    cap = row.max_priority if row is not None else None
     problem = priority_problem(priority, job.preemptible, is_admin=key.is_admin, max_priority=cap)
     if problem is not None:
         raise HTTPException(403, problem)
+    return spec
+
+
+def _default_within(spec: Spec, cap: int | None) -> Spec:
+    """The spec with the cap as its priority where it asks none and the default is above."""
+    if isinstance(spec, SweepSpec):
+        job, asked = spec.base, spec.priority is not None
+    else:
+        job, asked = spec, False
+    asked = asked or "priority" in job.model_fields_set
+    if cap is None or asked or job.priority <= cap:
+        return spec
+    return spec.model_copy(update={"priority": cap})

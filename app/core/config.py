@@ -171,6 +171,11 @@ class Settings(BaseSettings):
     max_active_jobs_per_key: int = Field(
         50, ge=0, description="Queued + running jobs one key may have (0: no limit)."
     )
+    max_open_sweeps_per_key: int = Field(
+        20,
+        ge=0,
+        description="Unfinished sweeps one key may have; the next is a 429 (0: no limit).",
+    )
     api_key_file: Path | None = Field(None, description="Where `epochal up` puts the admin key.")
 
     metrics_token: str | None = Field(

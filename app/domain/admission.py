@@ -31,7 +31,8 @@ from app.domain.cost import (
 )
 from app.domain.datasets import get_visible
 from app.domain.keys import Caller
-from app.domain.sweep_space import set_path, space_edges
+from app.domain.spec_paths import apply_params
+from app.domain.sweep_space import combinations, space_edges
 from app.domain.tables import Dataset, Worker, utcnow
 from app.schemas.graph import GraphError
 from app.schemas.job_spec import JobSpec
@@ -46,6 +47,7 @@ class Lookups:
         self.session, self.key = session, key
         self._data: dict[str, DataShape | None] = {}
         self._capacity: dict[int, tuple[int | None, int | None]] = {}
+        self._limit: dict[int | None, tuple[int | None, str]] = {}
 
     def data(self, spec: JobSpec) -> DataShape | None:
         """What the job loads, from the spec or its upload's row (None: no upload this key
@@ -67,6 +69,12 @@ class Lookups:
         if gpus not in self._capacity:
             self._capacity[gpus] = worker_capacity(self.session, gpus)
         return self._capacity[gpus]
+
+    def limit(self, worker_memory: int | None) -> tuple[int | None, str]:
+        """memory_limit, read once (it reads the host's cgroup files)."""
+        if worker_memory not in self._limit:
+            self._limit[worker_memory] = memory_limit(worker_memory)
+        return self._limit[worker_memory]
 
 
 def _shape_of(row: Dataset) -> DataShape:
@@ -112,10 +120,16 @@ def memory_limit(worker_memory: int | None) -> tuple[int | None, str]:
     return host_memory_bytes(), "this host's memory (no live worker reports its own)"
 
 
-def cost_errors(spec: JobSpec, cost: Cost, capacity: tuple[int | None, int | None]) -> list[Any]:
-    """Field errors (RequestValidationError's shape) when the job cannot fit; [] when it can."""
+def cost_errors(
+    spec: JobSpec,
+    cost: Cost,
+    capacity: tuple[int | None, int | None],
+    bound: tuple[int | None, str] | None = None,
+) -> list[Any]:
+    """Field errors (RequestValidationError's shape) when the job cannot fit; [] when it can
+    (`bound`: memory_limit of the capacity, when the caller has it)."""
     worker_memory, worker_disk = capacity
-    limit, source = memory_limit(worker_memory)
+    limit, source = bound or memory_limit(worker_memory)
     errors: list[dict[str, Any]] = []
     if limit is not None and cost.memory_bytes > limit:
         msg = (
@@ -142,14 +156,19 @@ def disk_estimate(session: Session, spec: JobSpec, key: Caller) -> int | None:
 
 
 def admission_errors(
-    session: Session, spec: JobSpec, key: Caller, where: str = "", lookups: Lookups | None = None
+    session: Session,
+    spec: JobSpec,
+    key: Caller | None,
+    where: str = "",
+    lookups: Lookups | None = None,
 ) -> list[Any]:
     """Why this job cannot be admitted on cost, as field errors ([] when it fits)."""
     lookups = lookups or Lookups(session, key)
     data = lookups.data(spec)
     if data is None:
         return []  # the data-set check answers for a missing upload
-    errors = cost_errors(spec, estimate(spec, data), lookups.capacity(spec.resources.gpus))
+    capacity = lookups.capacity(spec.resources.gpus)
+    errors = cost_errors(spec, estimate(spec, data), capacity, lookups.limit(capacity[0]))
     return (
         [{**e, "loc": ("body", *where.split("."), *e["loc"][1:])} for e in errors]
         if where
@@ -158,8 +177,10 @@ def admission_errors(
 
 
 def sweep_admission_errors(session: Session, sweep: SweepSpec, key: Caller) -> list[Any]:
-    """The base must fit, and so must each parameter's ends (each alone, on the base): at
-    most MAX_EDGE_VALUES specs, sharing one read of each row."""
+    """The base must fit, and so must each parameter's ends, each alone on the base and then
+    together (as space_errors checks them: a trial of the largest batch and the widest layer
+    fits only if both do at once): at most MAX_EDGE_VALUES + MAX_COMBINATIONS specs, sharing
+    one read of each row."""
     lookups = Lookups(session, key)
     errors = admission_errors(session, sweep.base, key, "base", lookups)
     edges = space_edges(sweep.parameters)
@@ -168,12 +189,24 @@ def sweep_admission_errors(session: Session, sweep: SweepSpec, key: Caller) -> l
     base = sweep.base.model_dump(mode="json")
     for path, values in edges.items():
         for value in values:
-            trial = JobSpec.model_validate_json(json.dumps(set_path(base, path, value)))
-            found = admission_errors(session, trial, key, lookups=lookups)
-            if found:
+            if found := _trial_errors(session, key, lookups, apply_params(base, {path: value})):
                 msg = f"the value {json.dumps(value)[:80]} makes a job that does not fit: "
-                return [_error(f"parameters.{path}", msg + found[0]["msg"])]
+                return [_error(f"parameters.{path}", msg + found)]
+    for params in combinations(edges):
+        if found := _trial_errors(session, key, lookups, apply_params(base, params)):
+            together = ", ".join(f"{p}={json.dumps(v)[:80]}" for p, v in params.items())
+            msg = f"together ({together}) they make a job that does not fit: {found}"
+            return [_error(f"parameters.{p}", msg) for p in params]
     return []
+
+
+def _trial_errors(
+    session: Session, key: Caller, lookups: Lookups, body: dict[str, Any]
+) -> str | None:
+    """Why the job of this body does not fit (its first reason), or None when it does."""
+    trial = JobSpec.model_validate_json(json.dumps(body))
+    found = admission_errors(session, trial, key, lookups=lookups)
+    return str(found[0]["msg"]) if found else None
 
 
 def _error(field: str, msg: str) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.domain.keys import Caller
+from app.domain.spec_paths import set_path
 from app.domain.states import ACTIVE, JobStatus
-from app.domain.sweep_space import edge_values, set_path
+from app.domain.sweep_space import edge_values
 from app.domain.tables import ApiKey, Dataset, Job
 from app.schemas.job_spec import JobSpec, check_model_for_data, model_input
 from app.schemas.sweep import SweepSpec

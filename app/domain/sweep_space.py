@@ -1,5 +1,5 @@
-"""A sweep's search space against the job schema: where a parameter goes in the spec, the
-values it can take at its edges, and whether every spec the space can produce is valid.
+"""A sweep's search space against the job schema: the values it can take at its edges, and
+whether every spec the space can produce is valid (where a value goes: app.domain.spec_paths).
 
 A range is checked at both ends (and every categorical choice, every value of a short int
 range), alone and in combination with the other parameters' edges, by building the spec and
@@ -7,22 +7,24 @@ validating it exactly as POST /v1/jobs would. The errors name the parameter (422
 
 Every check is bounded before it runs (RELIABILITY.md §10b): a grid's size is computed from
 its ranges, never by listing them; at most MAX_EDGE_VALUES specs are checked one parameter at
-a time (a space with more is a 422), and the combinations only when there are at most
-MAX_COMBINATIONS of them.
+a time (a space with more is a 422), and at most MAX_COMBINATIONS combinations (every one when
+there are no more, else a fixed sample).
+
+`priority` and `preemptible` are not parameters: they are what a key's caps limit, and a
+trial's priority is the sweep's own `priority` field, checked against the cap at submit.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
-import types
-import typing
+import random
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from app.domain.spec_paths import PathError, apply_params, path_exists, set_path
 from app.schemas.job_spec import JobSpec, monitor_names
 from app.schemas.metric_row import monitored
 from app.schemas.sweep import (
@@ -36,113 +38,8 @@ ENUMERATE_INTS = 64  # an int range this short is checked at every value
 # Specs validated one parameter at a time, over all parameters (~0.1 ms each): a space with
 # more edge values is refused; its short int ranges are then checked at their ends only.
 MAX_EDGE_VALUES = 1024
-MAX_COMBINATIONS = 512  # beyond this the edges are checked one parameter at a time
+MAX_COMBINATIONS = 512  # beyond this a fixed sample of this many combinations is checked
 GRID_LIMIT = 100_000
-
-
-def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
-    """The Pydantic models an annotation can hold (through unions and Annotated)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield annotation
-        return
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        yield from _models_in(typing.get_args(annotation)[0])
-    elif origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            yield from _models_in(arg)
-
-
-def _items_in(annotation: Any) -> Iterator[Any]:
-    """The item types of the lists an annotation can hold (through unions and Annotated)."""
-    origin = typing.get_origin(annotation)
-    if origin is list:
-        yield typing.get_args(annotation)[0]
-    elif origin is typing.Annotated:
-        yield from _items_in(typing.get_args(annotation)[0])
-    elif origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            yield from _items_in(arg)
-
-
-def path_exists(path: str, model: type[BaseModel] = JobSpec) -> bool:
-    """Whether `a.b.c` names a field of the job spec (any member of a union counts; a number
-    indexes a list: model.layers.3.filters)."""
-    head, _, rest = path.partition(".")
-    field = model.model_fields.get(head)
-    return field is not None and _reaches(rest, field.annotation)
-
-
-def _reaches(rest: str, annotation: Any) -> bool:
-    if not rest:
-        return True
-    head, _, tail = rest.partition(".")
-    if head.isdigit():
-        return any(_reaches(tail, item) for item in _items_in(annotation))
-    return any(path_exists(rest, sub) for sub in _models_in(annotation))
-
-
-class PathError(ValueError):
-    """A path that indexes past the end of a list, or into something that is not one."""
-
-
-def _put(node: Any, path: str, value: Any) -> None:
-    """Set `value` at the dotted path in place (missing or null sections made; a number
-    indexes an existing list, else PathError)."""
-    parts = path.split(".")
-    for depth, part in enumerate(parts):
-        last = depth == len(parts) - 1
-        if part.isdigit() or isinstance(node, list):
-            key: Any = _index(node, part, ".".join(parts[:depth]))
-        else:
-            key = part
-            if not last and not isinstance(node.get(part), dict | list):
-                node[part] = {}
-        if last:
-            node[key] = copy.deepcopy(value)
-        else:
-            node = node[key]
-
-
-def set_path(spec: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of spec with `value` at the dotted path (missing or null sections made; a number
-    indexes an existing list, else PathError)."""
-    out = copy.deepcopy(dict(spec))
-    _put(out, path, value)
-    return out
-
-
-def _index(node: Any, part: str, where: str) -> int:
-    if not isinstance(node, list):
-        raise PathError(f"{where} is not a list in the base spec, so {part} indexes nothing")
-    if not part.isdigit():
-        raise PathError(f"{where} is a list; index it with a number, not {part!r}")
-    if int(part) >= len(node):
-        raise PathError(
-            f"{where} has {len(node)} entries (0 to {len(node) - 1}); there is no entry {part}"
-        )
-    return int(part)
-
-
-def value_at(spec: Mapping[str, Any], path: str) -> Any:
-    """The value at a dotted path of a spec (numbers index lists); None where there is none."""
-    node: Any = spec
-    for part in path.split("."):
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        elif isinstance(node, dict):
-            node = node.get(part)
-        else:
-            return None
-    return node
-
-
-def apply_params(base: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
-    """The trial's spec: base with each parameter's value in place (paths sorted: parents first)."""
-    spec = copy.deepcopy(dict(base))
-    for path in sorted(params):
-        _put(spec, path, params[path])
-    return spec
 
 
 def edge_values(dist: Distribution, enumerate_ints: bool = True) -> list[Any]:
@@ -190,7 +87,7 @@ def _error(path: str, msg: str, where: str = "parameters") -> dict[str, Any]:
     return {"loc": ("body", where, path), "msg": msg, "type": "value_error"}
 
 
-def _rejection(spec: dict[str, Any]) -> str | None:
+def rejection(spec: dict[str, Any]) -> str | None:
     """What the job schema says about this spec (as POST /v1/jobs would), or None if valid."""
     try:
         JobSpec.model_validate_json(json.dumps(spec))
@@ -210,7 +107,7 @@ def _shown(value: Any) -> str:
 def _invalid(base: dict[str, Any], params: Mapping[str, Any]) -> str | None:
     """Why the spec these values make is not a job, or None when it is one."""
     try:
-        return _rejection(apply_params(base, params))
+        return rejection(apply_params(base, params))
     except PathError as exc:  # a parent's value (a whole graph) lacks the indexed entry
         return str(exc)
 
@@ -239,12 +136,29 @@ def _each_alone(base: dict[str, Any], edges: Mapping[str, list[Any]]) -> list[di
     return errors
 
 
+def combinations(edges: Mapping[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    """The edge values of two or more parameters together: every combination when there are
+    at most MAX_COMBINATIONS, else that many of them (both corners, then a fixed sample), so
+    the check stays bounded. A trial is admitted as a whole at launch as well
+    (app.services.trial_limits), so a combination the sample misses fails only its trial."""
+    paths = sorted(edges)
+    if len(paths) < 2:
+        return
+    lists = [edges[p] for p in paths]
+    if _product_size([len(v) for v in lists]) <= MAX_COMBINATIONS:
+        for values in itertools.product(*lists):
+            yield dict(zip(paths, values, strict=True))
+        return
+    draw = random.Random(len(paths))  # the same sample for the same space, every time
+    yield dict(zip(paths, [v[0] for v in lists], strict=True))
+    yield dict(zip(paths, [v[-1] for v in lists], strict=True))
+    for _ in range(MAX_COMBINATIONS - 2):
+        yield dict(zip(paths, [draw.choice(v) for v in lists], strict=True))
+
+
 def _combined(base: dict[str, Any], edges: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     paths = sorted(edges)
-    if len(paths) < 2 or _product_size([len(edges[p]) for p in paths]) > MAX_COMBINATIONS:
-        return []
-    for values in itertools.product(*(edges[p] for p in paths)):
-        params = dict(zip(paths, values, strict=True))
+    for params in combinations(edges):
         why = _invalid(base, params)
         if why is not None:
             together = ", ".join(f"{p}={_shown(v)}" for p, v in params.items())
@@ -287,11 +201,21 @@ def _grid_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
     return []
 
 
+UNSWEEPABLE = {
+    "priority": "priority is not a sweep parameter: set the sweep's own priority field "
+    "(within the key's cap); every trial runs at it",
+    "preemptible": "preemptible is not a sweep parameter: set it in the base (false: admin "
+    "keys only)",
+}
+
+
 def space_errors(sweep: SweepSpec) -> list[dict[str, Any]]:
     """Every way the sweep's space can make a job the schema rejects (empty: it is sound)."""
     unknown = [p for p in sweep.parameters if not path_exists(p)]
     if unknown:
         return [_error(p, f"{p} is not a field of the job spec") for p in unknown]
+    if capped := [p for p in sweep.parameters if p in UNSWEEPABLE]:
+        return [_error(p, UNSWEEPABLE[p]) for p in capped]
     errors = _grid_errors(sweep)  # first: it costs nothing, and bounds what grid_values lists
     edges = space_edges(sweep.parameters)
     if edges is None:

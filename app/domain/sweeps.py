@@ -6,15 +6,17 @@ import fcntl
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session, load_only
 
 from app.core.config import get_settings
+from app.domain.datasets import lock_owner
 from app.domain.paging import decode_cursor, encode_cursor
 from app.domain.states import TERMINAL, JobStatus, SweepStatus
-from app.domain.tables import EpochMetric, Job, Sweep
+from app.domain.tables import EpochMetric, Job, Sweep, utcnow
 
 
 def create_sweep(session: Session, name: str, spec: dict[str, Any], owner_id: str | None) -> Sweep:
@@ -123,6 +125,43 @@ def trial_of(session: Session, job_id: str) -> TrialOf | None:
     if row is None or row[1] is None:
         return None
     return TrialOf(row[0], int(row[1]), row[2])
+
+
+def fail(session: Session, sweep_id: str, why: str) -> None:
+    """End a sweep that cannot go on: failed, with the reason, and no longer topped up (its
+    trials still queued or running end as ordinary jobs do). The caller commits."""
+    now = utcnow()
+    session.execute(
+        update(Sweep)
+        .where(Sweep.id == sweep_id, Sweep.finished_at.is_(None))
+        .values(status=SweepStatus.failed, error=why, finished_at=now, updated_at=now)
+    )
+
+
+class TooManySweeps(Exception):
+    """The key has EPOCHAL_MAX_OPEN_SWEEPS_PER_KEY unfinished sweeps (a 429)."""
+
+
+def check_open_sweeps(session: Session, owner_id: str | None, lock: bool = False) -> None:
+    """TooManySweeps when the key may not start another sweep now. With `lock`, the key's row
+    is held until the commit, so a count and the insert after it are atomic."""
+    limit = get_settings().max_open_sweeps_per_key
+    if owner_id is None or not limit:
+        return
+    if lock:
+        lock_owner(session, owner_id)
+    query = select(func.count()).where(Sweep.owner_id == owner_id, Sweep.finished_at.is_(None))
+    if int(session.scalar(query) or 0) >= limit:
+        raise TooManySweeps(
+            f"this key has {limit} unfinished sweeps (EPOCHAL_MAX_OPEN_SWEEPS_PER_KEY); "
+            "cancel one or wait for one to finish"
+        )
+
+
+def owner_job_ended_since(session: Session, owner_id: str | None, since: datetime) -> bool:
+    """Whether a job of this key ended after `since` (one indexed read)."""
+    query = select(Job.id).where(Job.owner_id == owner_id, Job.finished_at > since).limit(1)
+    return session.scalar(query) is not None
 
 
 def unfinished_sweeps(session: Session) -> Sequence[Sweep]:

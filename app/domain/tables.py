@@ -141,6 +141,8 @@ class Sweep(Base):
     trials_ended: Mapped[int] = mapped_column(Integer, default=0)  # told to Optuna
     # Why no trial is launched now though one may be: the owner's limits (app.services.sweeps).
     wait_reason: Mapped[str | None] = mapped_column(Text)
+    # Why it failed by itself: too many failed trials, or a top-up that raised (migration 0015).
+    error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(index=True)

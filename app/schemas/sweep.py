@@ -246,6 +246,9 @@ class SweepSummary(BaseModel):
     wait_reason: str | None = Field(
         None, description="why no trial is queued now though one may be: the key's limits"
     )
+    error: str | None = Field(
+        None, description="why the sweep failed: too many failed trials, or it could not go on"
+    )
 
 
 class SweepPublic(SweepSummary):

@@ -15,23 +15,33 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain import sweeps as rows
-from app.domain.states import TERMINAL, JobStatus, StopReason, SweepStatus, TrialState
-from app.domain.sweep_space import apply_params, grid_size
+from app.domain.redact import without_server_paths
+from app.domain.spec_paths import apply_params
+from app.domain.states import (
+    TERMINAL,
+    JobStatus,
+    StopReason,
+    SweepStatus,
+    TrialState,
+)
+from app.domain.sweep_space import grid_size
 from app.domain.tables import Job, Sweep, utcnow
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
-from app.services import sweep_study, trial_limits
+from app.services import sweep_study, trial_limits, trial_rows
 from app.services.dispatch import dispatch
-from app.services.queue import queue_for_gpus
 
 log = logging.getLogger(__name__)
+WAIT_RECHECK = timedelta(minutes=1)  # a waiting sweep's top-up at least this often
 _tables_ready: set[str] = set()
 
 
@@ -67,6 +77,7 @@ def submit(session: Session, spec: SweepSpec, owner_id: str | None) -> tuple[Swe
     if url not in _tables_ready:
         sweep_study.ensure_tables()
         _tables_ready.add(url)
+    rows.check_open_sweeps(session, owner_id, lock=True)
     sweep = rows.create_sweep(session, spec.name, spec.model_dump(mode="json"), owner_id)
     session.commit()
     return sweep, top_up(session, sweep.id, publish=False)
@@ -89,25 +100,28 @@ def top_up(session: Session, sweep_id: str, publish: bool = True) -> list[Job]:
         rows.yield_to_optuna(session)
         study = sweep_study.open_study(sweep_id, spec, trials_so_far=len(jobs))
         count, status = _plan(sweep, spec, jobs)
+        if status == SweepStatus.failed and sweep.error is None:
+            sweep.error = _failed_trials(spec, jobs)
         with sweep_study.snapshot(study):  # Optuna reads the trials once for tell and ask
             by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
             _tell_ended(study, ended, values, by_number)
             asked = _ask(study, spec, jobs, by_number, count)
-        specs = [trial_spec(spec, number, params) for number, params in asked]
-        # What passes the owner's limits is stored; the rest stay Optuna's, asked and not
-        # stored, and are launched by a later top-up with the same parameters.
-        disks, sweep.wait_reason = trial_limits.fitting(session, sweep.owner_id, specs)
-        for (number, _), job_spec, disk in zip(asked, specs, disks, strict=False):
-            launched.append(_store_trial(session, sweep, job_spec, number, disk))
+        launched, refused = _store_asked(session, sweep, spec, asked)
         active = [j for j in jobs if j.status not in TERMINAL] + launched
         sweep.status, sweep.updated_at = status, utcnow()
-        sweep.trials_launched, sweep.trials_ended = len(jobs) + len(launched), len(ended)
+        stored = len(jobs) + len(launched) + refused
+        sweep.trials_launched, sweep.trials_ended = stored, len(ended)
         if status != SweepStatus.running and not active and sweep.finished_at is None:
             sweep.finished_at = utcnow()
         session.commit()
     for job in launched if publish else ():
         dispatch(session, job)  # a failed publish leaves it queued for the reconciler
     return launched
+
+
+def _failed_trials(spec: SweepSpec, jobs: Sequence[Job]) -> str:
+    failed = sum(j.status == JobStatus.failed for j in jobs)
+    return f"failed trials: {failed}, more than max_failed_trials={spec.max_failed_trials}"
 
 
 def _tell_ended(study: Any, ended: Sequence[Job], values: dict[str, float], by_number: Any) -> None:
@@ -162,29 +176,46 @@ def _ask(
     return out
 
 
-def trial_spec(spec: SweepSpec, number: int, params: dict[str, Any]) -> JobSpec:
-    """The job spec of trial `number`: the base with its parameters in place."""
+def _store_asked(
+    session: Session, sweep: Sweep, spec: SweepSpec, asked: list[tuple[int, dict[str, Any]]]
+) -> tuple[list[Job], int]:
+    """Store the asked trials: the ones a job submit would refuse as failed, with the reason
+    (Optuna is told at the next top-up); of the rest, those within the owner's limits as
+    queued jobs. The queued jobs, and how many were refused."""
+    admission = trial_limits.Admission(session, sweep.owner_id)
+    admitted: list[tuple[int, JobSpec]] = []
+    refused = 0
+    for number, params in asked:
+        body = trial_body(spec, number, params)
+        job_spec, why = admission.refusal(body)
+        if job_spec is None:
+            trial_rows.refused(session, sweep, body, number, why or trial_limits.REFUSED)
+            refused += 1
+        else:
+            admitted.append((number, job_spec))
+    # What passes the owner's limits is stored; the rest stay Optuna's, asked and not
+    # stored, and are launched by a later top-up with the same parameters.
+    specs = [job_spec for _, job_spec in admitted]
+    disks, sweep.wait_reason = trial_limits.fitting(session, sweep.owner_id, specs)
+    launched = [
+        trial_rows.queued(session, sweep, job_spec, number, disk)
+        for (number, job_spec), disk in zip(admitted, disks, strict=False)
+    ]
+    return launched, refused
+
+
+def trial_body(spec: SweepSpec, number: int, params: dict[str, Any]) -> dict[str, Any]:
+    """The job spec of trial `number` as JSON: the base with its parameters in place."""
     body = apply_params(spec.base.model_dump(mode="json"), params)
     body["name"] = f"{spec.name}-{number}"
     if spec.priority is not None:
         body["priority"] = spec.priority
-    return JobSpec.model_validate_json(json.dumps(body))
+    return body
 
 
-def _store_trial(
-    session: Session, sweep: Sweep, job_spec: JobSpec, number: int, disk: int | None
-) -> Job:
-    """The trial as an ordinary queued job of the sweep's owner, its files reserved."""
-    job = crud.create_job(
-        session,
-        job_spec,
-        queue_for_gpus(job_spec.resources.gpus),
-        owner_id=sweep.owner_id,
-        disk_bytes=disk,
-    )
-    job.sweep_id, job.sweep_trial = sweep.id, number
-    session.flush()
-    return job
+def trial_spec(spec: SweepSpec, number: int, params: dict[str, Any]) -> JobSpec:
+    """The job spec of trial `number`: the base with its parameters in place."""
+    return JobSpec.model_validate_json(json.dumps(trial_body(spec, number, params)))
 
 
 def cancel(session: Session, sweep: Sweep) -> None:
@@ -218,16 +249,55 @@ def needs_top_up(session: Session, sweep: Sweep) -> bool:
     if sweep.status != SweepStatus.running:
         return active == 0
     spec = sweep.spec
-    return active < int(spec["max_parallel"]) and sweep.trials_launched < int(spec["max_trials"])
+    if active >= int(spec["max_parallel"]) or sweep.trials_launched >= int(spec["max_trials"]):
+        return False
+    # Waiting on its key's limits: nothing changes for it until one of the key's jobs ends,
+    # or a while has passed (an upload deleted frees storage without any job ending).
+    if sweep.wait_reason is None or utcnow() - sweep.updated_at > WAIT_RECHECK:
+        return True
+    return rows.owner_job_ended_since(session, sweep.owner_id, sweep.updated_at)
 
 
 def top_up_unfinished(session: Session) -> int:
     """The maintenance fallback: top up every sweep that an event may have missed."""
     done = 0
     for sweep in rows.unfinished_sweeps(session):
-        if needs_top_up(session, sweep):
-            session.commit()
-            top_up(session, sweep.id)
-            done += 1
+        done += _top_up_alone(session, sweep)
     session.commit()
     return done
+
+
+def _transient(exc: BaseException) -> bool:
+    """A database or I/O error, however wrapped (Optuna raises its own error from
+    SQLAlchemy's): the next round may succeed, so the sweep is not failed for it."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes is short; never loop on a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, SQLAlchemyError | OSError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _top_up_alone(session: Session, sweep: Sweep) -> bool:
+    """Top one sweep up if it needs it, so that no sweep stops the round for the others: one
+    whose top-up raises (a spec this version cannot read, a bug) is failed with the reason
+    and no longer topped up; a database error is left to the next round, for this sweep only."""
+    sweep_id = sweep.id
+    try:
+        if not needs_top_up(session, sweep):
+            return False
+        session.commit()
+        top_up(session, sweep_id)
+        return True
+    except Exception as exc:  # the sweep's own fault, unless transient: never every sweep's
+        session.rollback()
+        if _transient(exc):
+            log.warning("could not top up sweep %s; the next round will", sweep_id, exc_info=True)
+            return False
+        log.warning("sweep %s failed: it could not be topped up", sweep_id, exc_info=True)
+        why = f"it could not be topped up ({type(exc).__name__}: {str(exc)[:300]})"
+        rows.fail(session, sweep_id, without_server_paths(why))
+        session.commit()
+        return False

@@ -1,4 +1,12 @@
-"""Whether a sweep's next trials fit its owner's limits, counted as a job submit counts them:
+"""Whether a sweep's next trials may run, checked as POST /v1/jobs checks a job.
+
+Each trial is admitted as a whole spec, with its owner's caps as they are now (`refusal`): the
+schema, the key's priority cap and preemptible, its upload, and the memory and disk estimates.
+A space is checked at its edges when the sweep is submitted, but a drawn combination of values
+can still make a job no POST would take (a trial of batch 4096 and 8192 units, each end fine
+alone), so the trial is refused: stored as failed, with the reason.
+
+Then whether the admitted trials fit the owner's limits, counted as a job submit counts them:
 the key's queued and running jobs (EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY) and what it stores
 (EPOCHAL_MAX_STORAGE_BYTES_PER_KEY), in the transaction that stores the trials, the key's row
 locked (app.domain.crud.count_active). A trial that does not fit is not failed: the sweep
@@ -7,15 +15,62 @@ waits, and says why (`wait_reason`), until a job ends or files are deleted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.domain import crud, datasets
-from app.domain.admission import disk_estimate
+from app.domain.admission import Lookups, admission_errors, disk_estimate
 from app.domain.keys import caller_of
+from app.domain.sweep_space import rejection
+from app.domain.tables import ApiKey
+from app.scheduler.policy import priority_problem
 from app.schemas.job_spec import JobSpec
+
+REFUSED = "refused: POST /v1/jobs would not take this trial's job"
+
+
+class Admission:
+    """The checks of a job submit for one owner's trials, its rows read once per top-up."""
+
+    def __init__(self, session: Session, owner_id: str | None) -> None:
+        self.session = session
+        self.owner = caller_of(session, owner_id) if owner_id is not None else None
+        row = session.get(ApiKey, owner_id) if owner_id is not None else None
+        self.cap = row.max_priority if row is not None else None
+        self.lookups = Lookups(session, self.owner)
+
+    def refusal(self, body: dict[str, Any]) -> tuple[JobSpec | None, str | None]:
+        """The trial's spec when a POST of it by its owner would be admitted now; else
+        (None, why not)."""
+        try:
+            spec = JobSpec.model_validate_json(json.dumps(body))
+        except ValidationError:
+            return None, f"{REFUSED}: {rejection(body)}"
+        why = self._owner_problem(spec)
+        if why is None:
+            errors = admission_errors(self.session, spec, self.owner, lookups=self.lookups)
+            why = _field_message(errors[0]) if errors else None
+        return (None, f"{REFUSED}: {why}") if why else (spec, None)
+
+    def _owner_problem(self, spec: JobSpec) -> str | None:
+        owner = self.owner
+        if owner is None:  # no key, no per-key caps
+            return None
+        is_admin = owner.is_admin
+        why = priority_problem(
+            spec.priority, spec.preemptible, is_admin=is_admin, max_priority=self.cap
+        )
+        return why or datasets.problem_for_spec(self.session, spec, owner)
+
+
+def _field_message(error: dict[str, Any]) -> str:
+    field = ".".join(str(p) for p in error["loc"][1:])
+    return f"{field}: {error['msg']}"
 
 
 def fitting(

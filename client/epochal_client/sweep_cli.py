@@ -45,8 +45,11 @@ def trials_table(item: Sweep) -> Table:
             params,
             trial["job_id"],
         )
-    if item.best:
-        table.caption = f"best: trial {best}, {metric} {fmt(item.best['objective'])}"
+    notes = [f"best: trial {best}, {metric} {fmt(item.best['objective'])}"] if item.best else []
+    if item.error:
+        notes.append(f"failed: {item.error}")
+    if notes:
+        table.caption = "; ".join(notes)
     return table
 
 

@@ -31,6 +31,7 @@ class Sweep:
     best_objective: float | None = None  # the best complete trial's objective (lists too)
     epochs_spent: int = 0
     epochs_full: int = 0
+    error: str | None = None  # why it failed: too many failed trials, or it could not go on
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

@@ -166,6 +166,18 @@ def test_sweep_submit_sends_the_spec_with_its_overrides(
     assert sent == [{"parameters": {"optimizer.learning_rate": {"high": 0.1}}, "max_trials": 2}]
 
 
+def test_a_failed_sweeps_table_says_why() -> None:
+    from epochal_client import sweep_cli
+    from epochal_client.sweeps import Sweep
+    from epochal_client.types import build
+
+    body = {"id": "s1", "name": "lr", "status": "failed", "trials_launched": 1, "max_trials": 4}
+    why = "failed trials: 1, more than max_failed_trials=0"
+    item = build(Sweep, {**body, "objective": {"metric": "val_loss"}, "error": why})
+    assert item.error == why
+    assert sweep_cli.trials_table(item).caption == f"failed: {why}"
+
+
 @pytest.mark.parametrize("name", ["native", "onnx", "model-card", "card"])
 def test_download_formats_are_the_route_names_and_card_stays_an_alias(
     name: str, tmp_path: Path

@@ -22,8 +22,9 @@ from app.api.deps import (
 )
 from app.api.errors import documented
 from app.domain import sweeps as rows
+from app.domain.spec_paths import value_at
 from app.domain.states import TrialState
-from app.domain.sweep_space import space_errors, value_at
+from app.domain.sweep_space import space_errors
 from app.domain.tables import Job, Sweep
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.sweep import (
@@ -68,6 +69,7 @@ def summary(sweep: Sweep, best_objective: float | None = None) -> SweepSummary:
         objective=spec.objective,
         best_objective=best_objective,
         wait_reason=sweep.wait_reason if sweep.finished_at is None else None,
+        error=sweep.error,
     )
 
 
@@ -119,16 +121,24 @@ def public(session: SessionDep, sweep: Sweep) -> SweepPublic:
 
 
 # Checking a space validates up to ~2,500 specs (RELIABILITY.md §10b): off the event loop, and
-# at most this many submits at once per process, so their threads cannot crowd the loop's out.
-SUBMITS = WorkBound("sweep submits", 2, 5.0)
+# at most this many submits at once per process, so their threads cannot crowd the loop's out;
+# one of them per key, so one key's slow bodies never hold every slot.
+SUBMITS = WorkBound("sweep submits", 2, 5.0, per_owner=1)
 
 
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=SweepPublic, operation_id="create_sweep"
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SweepPublic,
+    operation_id="create_sweep",
+    responses={
+        403: documented("a priority over the key's cap, or preemptible: false from a non-admin"),
+        429: documented("this key has EPOCHAL_MAX_OPEN_SWEEPS_PER_KEY unfinished sweeps"),
+    },
 )
 async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> SweepPublic:
     """Submit a sweep; a space that can make a job the schema rejects is a 422 naming it."""
-    body, trials = await SUBMITS.run(partial(_store, session, key, spec))
+    body, trials = await SUBMITS.run(partial(_store, session, key, spec), owner=key.id)
     await release_db(session)  # no DB slot held while the broker retries (like a job submit)
     await run_in_threadpool(dispatch_new, trials)
     return body
@@ -137,12 +147,16 @@ async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) ->
 def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[SweepPublic, list[Job]]:
     """The space checked, then the sweep and its first trials, committed: its body, and the
     trials to publish (none while its owner's limits are reached: it waits)."""
-    if errors := space_errors(spec):
-        raise RequestValidationError(errors)
-    check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
-    check_job_fits(session, key, spec)
-    check_job_priority(session, key, spec)  # within the key's cap
-    sweep, trials = controller.submit(session, spec, key.id)
+    try:
+        rows.check_open_sweeps(session, key.id)  # before the costly checks; again at the insert
+        if errors := space_errors(spec):
+            raise RequestValidationError(errors)
+        check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
+        check_job_fits(session, key, spec)
+        spec = check_job_priority(session, key, spec)  # within the key's cap
+        sweep, trials = controller.submit(session, spec, key.id)
+    except rows.TooManySweeps as exc:
+        raise HTTPException(429, str(exc)) from exc
     return public(session, sweep), trials
 
 
