@@ -97,12 +97,12 @@ def graph_of(spec: JobSpec, data: DataShape) -> BuiltGraph:
     return built_model(spec, x, data.outputs)
 
 
-def estimate(spec: JobSpec, data: DataShape) -> Cost:
-    """Peak host memory and disk of the job `spec` over `data`."""
+def estimate(spec: JobSpec, data: DataShape, graph: BuiltGraph | None = None) -> Cost:
+    """Peak host memory and disk of the job `spec` over `data` (`graph`: its model, built)."""
     values = (data.samples + data.test_samples) * math.prod(data.sample_shape)
     labels = (data.samples + data.test_samples) * 8  # int64 classes or float targets
     data_bytes = values * (data.itemsize + FLOAT32) + labels  # token ids: an int32 copy
-    graph = graph_of(spec, data)
+    graph = graph or graph_of(spec, data)
     params = graph.parameters
     state = params * len(spec.optimizer.slots()) * FLOAT32  # float32 tensors per parameter
     model_bytes = 2 * params * FLOAT32 + state  # weights and gradients, then the state

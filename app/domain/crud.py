@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.core.db import rows_changed
-from app.domain.admission import model_summary
+from app.domain.admission import admitted
 from app.domain.datasets import lock_owner
 from app.domain.job_reads import page_query
 from app.domain.keys import caller_of
@@ -43,11 +43,11 @@ def create_job(
 ) -> Job:
     """Store a new queued job (the caller commits before it is sent to the broker), with its
     model's summary for the data it names."""
+    summary, memory = admitted(session, spec, caller_of(session, owner_id) if owner_id else None)
     job = Job(
         disk_bytes=disk_bytes,
-        model_summary=model_summary(
-            session, spec, caller_of(session, owner_id) if owner_id else None
-        ),
+        memory_bytes=memory,
+        model_summary=summary,
         owner_id=owner_id,
         idempotency_key=idempotency_key,
         request_hash=request_hash,

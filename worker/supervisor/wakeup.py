@@ -21,7 +21,8 @@ from worker.supervisor import gang
 log = logging.getLogger(__name__)
 
 
-Claimed = tuple[str, int, Any, datetime]  # job id, attempt, stored spec, first start
+# job id, attempt, stored spec, first start, admitted memory estimate
+Claimed = tuple[str, int, Any, datetime, int | None]
 
 
 def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
@@ -35,7 +36,7 @@ def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
             seat = job
         else:
             assert job.started_at is not None  # a claim sets it
-            return job.id, job.attempt, job.spec, job.started_at
+            return job.id, job.attempt, job.spec, job.started_at, job.memory_bytes
     if seat is not None and seat.rank == 0:
         gang.wake_others(seat.job_id, seat.nodes)
     return seat
