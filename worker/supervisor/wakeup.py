@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings
 from app.core.db import session_scope
+from app.domain.cost import host_memory_bytes
 from app.scheduler.claim import claim_next
 from app.scheduler.gang import Seat
 from app.services.dispatch import wake
@@ -31,7 +32,7 @@ def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
     where = gang.rendezvous(settings)
     with session_scope() as session:
         gpus = len(settings.worker_gpu_ids)
-        job = claim_next(session, worker_name, gpus, settings, where)
+        job = claim_next(session, worker_name, gpus, settings, where, host_memory_bytes())
         if job is None or isinstance(job, Seat):
             seat = job
         else:
