@@ -56,7 +56,18 @@ def close(run: Attempt) -> None:
     """After the child's exit: whatever it left in its memory group killed, the group removed."""
     if run.limit is None:
         return
+    enforced, _ = run.limit
+    peak = enforced.peak()
+    if peak is not None:  # what the estimate can be checked against
+        log.info(
+            "job %s attempt %s: memory peak %d MiB of its %d MiB limit (%s)",
+            run.job_id,
+            run.attempt,
+            peak // MIB,
+            enforced.limit // MIB,
+            enforced.kind,
+        )
     try:
-        run.limit[0].close()
+        enforced.close()
     except OSError:  # a process that would not die: the next attempt's start removes the group
         log.warning("could not remove job %s's memory group", run.job_id, exc_info=True)
