@@ -3,7 +3,8 @@ worker holds each training process to a fixed 1 GiB here (the test setting), and
 data set of 150 000 × 1 000 float64 values (1.2 GB before its float32 copy) goes past it
 while it is generated. The job ends failed / out_of_memory within seconds of its start, on its
 first attempt, its error gives the limit and the peak; the worker goes on and runs the next
-job, and its memory group is gone."""
+job, and its memory group is gone. Once with a cgroup (where the box has one), once with the
+supervisor's watchdog, the fallback where it has none."""
 
 from __future__ import annotations
 
@@ -29,12 +30,14 @@ def seconds_between(start: str, end: str) -> float:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
+@pytest.mark.parametrize("kind", ["auto", "watchdog"])
 def test_a_job_over_its_memory_limit_ends_out_of_memory_and_the_worker_goes_on(
-    pg_service_env: dict[str, str],
+    pg_service_env: dict[str, str], kind: str
 ) -> None:
-    limit = str(LIMIT_MIB * 2**20)
+    """auto: a cgroup where this box lets the worker make one; watchdog: the fallback, forced."""
+    limit = {"EPOCHAL_JOB_MEMORY_LIMIT_BYTES": str(LIMIT_MIB * 2**20)}
     with (
-        running_service(pg_service_env, EPOCHAL_JOB_MEMORY_LIMIT_BYTES=limit) as service,
+        running_service(pg_service_env, EPOCHAL_JOB_MEMORY_LIMIT=kind, **limit) as service,
         service.client() as client,
     ):
         greedy = submit_job(client, **GREEDY)["id"]
@@ -48,6 +51,7 @@ def test_a_job_over_its_memory_limit_ends_out_of_memory_and_the_worker_goes_on(
         error = done["error"]
         assert f"limit {LIMIT_MIB} MiB (EPOCHAL_JOB_MEMORY_LIMIT_BYTES)" in error, error
         assert "peak" in error and "peak unknown" not in error, error
+        assert ("enforced by watchdog" in error) == (kind == "watchdog"), error
         assert seconds_between(done["started_at"], done["finished_at"]) < scaled(30)
         logs = client.get(f"/v1/jobs/{greedy}/logs").text
         assert f"memory limit {LIMIT_MIB} MiB" in logs
