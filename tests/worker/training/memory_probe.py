@@ -1,14 +1,16 @@
-"""Run as a script: the peak memory of one PyTorch training step of each graph given on stdin
-(JSON lines: layers, input shape, batch), printed as JSON lines (bytes above the step's start).
+"""Run as a script: the peak memory of one PyTorch training step of the graph given on stdin
+(JSON: layers, input shape, batch), printed as JSON (bytes above the step's start).
 
-Large blocks go straight to mmap and back (MALLOC_MMAP_THRESHOLD_, set by the caller), so
-what one step frees is returned and the next step's peak is its own."""
+The first step of that batch is measured, after one of two samples for the lazy set-ups: the
+allocator keeps what a step frees (a recurrence's many small per-step tensors), so a second
+step, or a second graph in the same process, would reuse it unseen. One graph per process."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -26,7 +28,7 @@ def field(name: str) -> int:
     raise LookupError(name)
 
 
-def step_peak(layers: list[dict], shape: list[int], batch: int, classes: int = 10) -> int:
+def step_peak(layers: list[dict[str, Any]], shape: list[int], batch: int, classes: int = 10) -> int:
     x_type = TensorType(tuple(shape))
     graph = build(GraphSpec.model_validate({"layers": layers}), x_type, classes)
     model = GraphModule(graph)

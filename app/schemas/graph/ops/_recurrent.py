@@ -28,9 +28,9 @@ class Recurrent(Op):
     gates: ClassVar[int] = 4  # weight blocks per matrix
     states: ClassVar[int] = 2  # tensors carried from step to step, hidden first
     # Values of `units` width each step keeps for the backward pass (gates, states and their
-    # activations), as a PyTorch training step's peak measures it (tests/worker/training/
-    # test_memory_estimate.py): the output alone undercounts by the number of steps.
-    kept_per_step: ClassVar[float] = 8.0
+    # activations) in each framework, as a training step's peak measures it (tests/worker/
+    # training/test_memory_estimate.py): the output alone undercounts by the number of steps.
+    kept_per_step: ClassVar[dict[str, float]] = {"pytorch": 8.0, "tensorflow": 8.0}
     keras_class: ClassVar[str] = "LSTM"  # the Keras layer, in keras.layers
     onnx_op: ClassVar[str] = "LSTM"
     onnx_attrs: ClassVar[dict[str, Any]] = {}
@@ -63,7 +63,8 @@ class Recurrent(Op):
 
     def kept(self, xs: list[TensorType], out: TensorType, framework: str) -> int:
         steps = xs[0].shape[0]
-        return out.size + int(self.kept_per_step * self.units * steps)
+        per_step = self.kept_per_step.get(framework, max(self.kept_per_step.values()))
+        return out.size + int(per_step * self.units * steps)
 
     # -- PyTorch --------------------------------------------------------------------------
     def input_bias(self, bias: Any) -> Any:
