@@ -1,6 +1,7 @@
 """Admission measures a job's memory estimate against the largest live worker's memory, so the
 claim measures it against the claiming worker's own: a smaller worker leaves the job queued
-for one with enough, and the job's wait_reason says so. The estimate is stored with the job."""
+for one with enough, and the job's wait_reason and queue standing say so. The estimate is
+stored with the job."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from app.domain.cost import builtin_data, estimate, host_memory_bytes
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker
 from app.scheduler.claim import claim_next
+from app.scheduler.position import standing
 from app.schemas.job_spec import JobSpec
 from worker.supervisor import wakeup
 
@@ -59,6 +61,14 @@ def reason_of(job_id: str) -> str | None:
         return crud.wait_reason(session, job, 60)
 
 
+def standing_of(job_id: str) -> str:
+    """The queue view's reason (GET /v1/queue, a job's `queue`)."""
+    with session_scope() as session:
+        job = crud.get_job(session, job_id)
+        assert job is not None
+        return standing(session, job, get_settings()).reason
+
+
 def test_the_admitted_estimate_is_stored_with_the_job(db_env: dict[str, str]) -> None:
     data = builtin_data(SPEC)
     assert data is not None
@@ -77,6 +87,7 @@ def test_a_worker_without_the_jobs_memory_leaves_it_to_one_with_enough(
         assert claim_next(session, "small", 0, get_settings(), memory=8 * GIB) is None
     assert status_of(big) == JobStatus.queued
     assert reason_of(big) == "waiting for a free worker: every worker that fits is busy"
+    assert standing_of(big) == "next to run: every worker that fits is busy"
     with session_scope() as session:
         job = claim_next(session, "large", 0, get_settings(), memory=32 * GIB)
         assert job is not None and job.id == big
@@ -98,6 +109,10 @@ def test_the_wait_reason_names_the_memory_no_live_worker_has(db_env: dict[str, s
     assert reason_of(big) == (
         "waiting for a worker with ≥ 17.2 GB of memory (the job's estimate); "
         "the largest live worker that fits has 8.6 GB"
+    )
+    assert (
+        standing_of(big)
+        == "needs 17.2 GB of memory on one worker; the largest live worker has 8.6 GB"
     )
 
 
