@@ -151,6 +151,18 @@ def test_cgroup_v2_uses_the_workers_own_group_where_it_delegates_memory(tmp_path
     assert cgroup_v2.parent_group(tmp_path, tmp_path / "self-cgroup") == own
 
 
+def test_cgroup_v2_uses_the_parent_where_the_worker_runs_in_a_leaf_of_its_group(
+    tmp_path: Path,
+) -> None:
+    """The own group holds the worker's processes and cannot hand memory down (here: its
+    control file cannot be written); its parent, the delegated group, can."""
+    own = fake_v2(tmp_path, "cpuset cpu io memory pids\n", "memory pids\n")
+    leaf = own / "supervisor"
+    (leaf / "cgroup.subtree_control").mkdir(parents=True)  # any write to it fails
+    (tmp_path / "self-cgroup").write_text("0::/system.slice/epochal.service/supervisor\n")
+    assert cgroup_v2.parent_group(tmp_path, tmp_path / "self-cgroup") == own
+
+
 def test_cgroup_v2_is_passed_over_without_its_memory_controller(tmp_path: Path) -> None:
     fake_v2(tmp_path, "cpuset cpu io pids\n", "pids\n")
     assert cgroup_v2.parent_group(tmp_path, tmp_path / "self-cgroup") is None

@@ -2,9 +2,11 @@
 memory.max, memory.swap.max 0 and memory.oom.group (an OOM kill ends every process of the
 attempt at once, not one DDP rank). memory.events counts the kills, memory.peak is the peak.
 
-The worker's own group must delegate the memory controller to its children: v2 lets a group
-with processes of its own enable it only at the root ("no internal processes"), so a worker
-whose group is not set up so (cgroup.subtree_control without memory) uses the watchdog."""
+The job's group goes under the worker's own group, or under that group's parent where the
+worker runs in a leaf of its delegated group (systemd's Delegate= with DelegateSubgroup=):
+v2 lets a group with processes of its own hand the memory controller to children only at
+the root ("no internal processes"). Where neither will (cgroup.subtree_control cannot get
+memory, or is not this process's to write), the worker uses the watchdog."""
 
 from __future__ import annotations
 
@@ -37,15 +39,23 @@ def parent_group(root: Path = ROOT, membership: Path = Path("/proc/self/cgroup")
         return None
     folder = root / own.lstrip("/")
     folder = folder if folder.is_dir() else root  # a namespaced view shows its own as the root
+    for candidate in (folder, folder.parent) if folder != root else (folder,):
+        if _delegates_memory(candidate):
+            return candidate
+    return None
+
+
+def _delegates_memory(folder: Path) -> bool:
+    """Whether groups made under `folder` get the memory controller (enabled here if not)."""
     if not os.access(folder, os.W_OK):
-        return None
+        return False
     control = folder / "cgroup.subtree_control"
     try:
         if "memory" not in control.read_text().split():
             control.write_text("+memory")  # refused while the group has processes of its own
     except OSError:
-        return None
-    return folder
+        return False
+    return True
 
 
 class CgroupV2(MemoryLimit):
