@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -74,6 +75,22 @@ class Settings(BaseSettings):
         ge=1,
         le=4096,
         description="CPU threads its training processes share (default: its CPUs less one).",
+    )
+    job_memory_limit: Literal["auto", "watchdog", "off"] = Field(
+        "auto",
+        description="Each training process's memory limit: auto (a cgroup where the worker may "
+        "make one, else a resident-memory watchdog), watchdog, or off.",
+    )
+    job_memory_margin: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="The limit is the job's admitted memory estimate times 1 + this.",
+    )
+    job_memory_limit_bytes: int | None = Field(
+        None,
+        ge=2**20,
+        description="A fixed limit for every training process instead (unset: from the estimate).",
     )
     cache_dir: Path | None = Field(
         None,

@@ -89,15 +89,21 @@ def data_of(session: Session, spec: JobSpec, key: Caller | None) -> DataShape | 
     return Lookups(session, key).data(spec)
 
 
-def model_summary(session: Session, spec: JobSpec, key: Caller | None) -> dict[str, Any] | None:
-    """The job's built model as the job resource shows it: parameters, FLOPs per sample and
-    each layer's output shape and parameters, head included (None while the data is unknown
-    or when the model does not fit it)."""
+def admitted(
+    session: Session, spec: JobSpec, key: Caller | None
+) -> tuple[dict[str, Any] | None, int | None]:
+    """What a job is stored with: its built model as the job resource shows it (parameters,
+    FLOPs per sample, each layer's output shape and parameters, head included) and its
+    estimated peak host memory; both None while the data is unknown or when the model does
+    not fit it."""
     data = data_of(session, spec, key)
     try:
-        return None if data is None else graph_of(spec, data).summary()
+        graph = None if data is None else graph_of(spec, data)
     except GraphError:  # the submit checks refuse such a job first; never fail a store for it
-        return None
+        return None, None
+    if data is None or graph is None:
+        return None, None
+    return graph.summary(), estimate(spec, data, graph).memory_bytes
 
 
 def worker_capacity(session: Session, gpus: int) -> tuple[int | None, int | None]:

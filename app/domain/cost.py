@@ -7,7 +7,9 @@ fits passes and one that cannot fit is refused at the door instead of OOM-ing on
 - weights, gradients and optimizer state (the slots the optimizer's module names: adam and
   adamw keep two moments, rmsprop one (two with momentum), sgd one with momentum),
   all float32;
-- activations of one per-replica batch, forward and backward;
+- activations of one per-replica batch, forward and backward: what each op keeps for the
+  backward pass (Op.kept: its output, a recurrence's per-step states, a transformer's
+  feed-forward and, in TensorFlow, its attention scores) and then its gradient;
 - a fixed allowance for the framework runtime itself;
 - times the replica count where each replica is its own process (PyTorch DDP); TensorFlow's
   mirrored strategy shares one process and one copy of the data.
@@ -97,19 +99,19 @@ def graph_of(spec: JobSpec, data: DataShape) -> BuiltGraph:
     return built_model(spec, x, data.outputs)
 
 
-def estimate(spec: JobSpec, data: DataShape) -> Cost:
-    """Peak host memory and disk of the job `spec` over `data`."""
+def estimate(spec: JobSpec, data: DataShape, graph: BuiltGraph | None = None) -> Cost:
+    """Peak host memory and disk of the job `spec` over `data` (`graph`: its model, built)."""
     values = (data.samples + data.test_samples) * math.prod(data.sample_shape)
     labels = (data.samples + data.test_samples) * 8  # int64 classes or float targets
     data_bytes = values * (data.itemsize + FLOAT32) + labels  # token ids: an int32 copy
-    graph = graph_of(spec, data)
+    graph = graph or graph_of(spec, data)
     params = graph.parameters
     state = params * len(spec.optimizer.slots()) * FLOAT32  # float32 tensors per parameter
     model_bytes = 2 * params * FLOAT32 + state  # weights and gradients, then the state
     replicas = spec.resources.replica_count
     batch = spec.training.batch_size // replicas
-    # every node's output, kept for the backward pass, and its gradient
-    activation_bytes = 2 * batch * graph.activations_per_sample * FLOAT32
+    # what every node keeps for the backward pass (Op.kept), and its gradient
+    activation_bytes = 2 * batch * graph.kept_per_sample(spec.framework) * FLOAT32
     ddp = spec.framework == "pytorch" and replicas > 1
     if not ddp:  # one process holds every replica's model and batch
         model_bytes, activation_bytes = model_bytes * replicas, activation_bytes * replicas

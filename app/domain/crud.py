@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.core.db import rows_changed
-from app.domain.admission import model_summary
+from app.domain.admission import admitted
+from app.domain.cost import gigabytes
 from app.domain.datasets import lock_owner
 from app.domain.job_reads import page_query
 from app.domain.keys import caller_of
@@ -43,11 +44,11 @@ def create_job(
 ) -> Job:
     """Store a new queued job (the caller commits before it is sent to the broker), with its
     model's summary for the data it names."""
+    summary, memory = admitted(session, spec, caller_of(session, owner_id) if owner_id else None)
     job = Job(
         disk_bytes=disk_bytes,
-        model_summary=model_summary(
-            session, spec, caller_of(session, owner_id) if owner_id else None
-        ),
+        memory_bytes=memory,
+        model_summary=summary,
         owner_id=owner_id,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
@@ -290,7 +291,18 @@ def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None
     largest = max(w.gpus for w in workers)
     if largest < job.gpus:
         return f"waiting for a worker with ≥ {job.gpus} GPUs; largest live worker has {largest}"
-    free = sum(1 for w in workers if w.gpus >= job.gpus and w.current_job_id is None)
+    fitting = [w for w in workers if w.gpus >= job.gpus]
+    needed = job.memory_bytes
+    if needed is not None:  # the claim leaves the job to a worker with its estimate's memory
+        roomy = [w for w in fitting if w.memory_bytes is None or w.memory_bytes >= needed]
+        if not roomy:
+            most = max(w.memory_bytes or 0 for w in fitting)
+            return (
+                f"waiting for a worker with ≥ {gigabytes(needed)} of memory (the job's "
+                f"estimate); the largest live worker that fits has {gigabytes(most)}"
+            )
+        fitting = roomy
+    free = sum(1 for w in fitting if w.current_job_id is None)
     if job.nodes > 1 and free < job.nodes:
         return f"waiting for {job.nodes} free workers at once (a gang); {free} free"
     if not free:

@@ -104,7 +104,7 @@ JOB_FIELDS = tuple(JobPublic.model_fields)
 AS_JSON = (*AS_TEXT, "result", "step_progress")
 JOB_COLUMNS = (
     *SUMMARY_COLUMNS[: -len(AS_TEXT)],
-    *("error_code", "error", "priority", "owner_id", "gpus", "nodes"),
+    *("error_code", "error", "priority", "owner_id", "gpus", "nodes", "memory_bytes"),
     *AS_JSON,
 )
 TRANSITION_FIELDS = tuple(TransitionPublic.model_fields)

@@ -102,6 +102,10 @@ class Job(Base):
     # Its artifacts in its key's storage quota: the estimate reserved at submit, then what its
     # directory holds once an attempt ends (migration 0006).
     disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # Its estimated peak host memory as admitted (app.domain.cost; migration 0015): the claim
+    # gives it only to a worker with that much, whose training process is limited from it.
+    # Null while its data is unknown (a missing upload), and for jobs stored before.
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     # The built model's summary (parameters, FLOPs, layers with shapes), from its spec and its
     # data's sample shape at submit; null for jobs stored before migration 0007.
     model_summary: Mapped[dict[str, Any] | None]

@@ -35,15 +35,18 @@ def claim_next(
     gpus: int,
     settings: Settings,
     where: Rendezvous | None = None,
+    memory: int | None = None,
 ) -> Job | Seat | None:
     """Queued -> running for this worker: the job the policy puts first among those that fit;
     a seat in a forming gang before that, and seat 0 of a multi-node job's gang (app.scheduler.
-    gang); `where` is this worker's address and port, published with its seat."""
-    seat = gang.join_forming(session, worker, gpus, settings, where)
+    gang); `where` is this worker's address and port, published with its seat. `memory` is
+    this worker's own (None: unknown, any estimate fits): admission measured the job against
+    the largest worker's, and a smaller one must leave it to a worker with enough."""
+    seat = gang.join_forming(session, worker, gpus, settings, where, memory)
     if seat is not None:
         return seat
     for _ in range(3):  # a pick another worker claimed first (SQLite has no row locks)
-        job_id = next_job(session, gpus, settings, utcnow())
+        job_id = next_job(session, gpus, settings, utcnow(), memory)
         if job_id is None:
             return None
         if session.scalar(select(Job.nodes).where(Job.id == job_id)) != 1:
@@ -55,14 +58,16 @@ def claim_next(
     return None
 
 
-def fits(gpus: int) -> list[ColumnElement[bool]]:
-    """Queued jobs a worker with `gpus` GPUs may run."""
-    return [Job.status == JobStatus.queued, Job.gpus <= gpus]
+def fits(gpus: int, memory: int | None = None) -> list[ColumnElement[bool]]:
+    """Queued jobs a worker with `gpus` GPUs (and `memory` bytes, where known) may run."""
+    return [Job.status == JobStatus.queued, Job.gpus <= gpus, *gang.within_memory(memory)]
 
 
-def next_job(session: Session, gpus: int, settings: Settings, now: datetime) -> str | None:
+def next_job(
+    session: Session, gpus: int, settings: Settings, now: datetime, memory: int | None = None
+) -> str | None:
     """The id of the job a free worker with `gpus` GPUs runs next (locked until commit)."""
-    where = [*fits(gpus), *gang.admissible(settings, now)]
+    where = [*fits(gpus, memory), *gang.admissible(settings, now)]
     reserved = preempt.making_room(session, gpus)
     if reserved is not None:  # a gang's victims are stopping: their workers wait for it
         where.append(Job.priority >= reserved)

@@ -61,10 +61,23 @@ def free_workers(settings: Settings, now: datetime) -> ColumnElement[int]:
             Worker.heartbeat_at >= horizon,
             Worker.current_job_id.is_(None),
             Worker.gpus >= Job.gpus,
+            or_(
+                Job.memory_bytes.is_(None),
+                Worker.memory_bytes.is_(None),
+                Worker.memory_bytes >= Job.memory_bytes,
+            ),
         )
         .correlate(Job)
     )
     return count.scalar_subquery()
+
+
+def within_memory(memory: int | None) -> list[ColumnElement[bool]]:
+    """Jobs whose admitted memory estimate fits a worker's `memory` (None: not known; and a
+    job stored without an estimate fits any)."""
+    if memory is None:
+        return []
+    return [or_(Job.memory_bytes.is_(None), Job.memory_bytes <= memory)]
 
 
 def admissible(settings: Settings, now: datetime) -> list[ColumnElement[bool]]:
@@ -85,7 +98,12 @@ def open_gang(
 
 
 def join_forming(
-    session: Session, worker: str, gpus: int, settings: Settings, where: Rendezvous | None = None
+    session: Session,
+    worker: str,
+    gpus: int,
+    settings: Settings,
+    where: Rendezvous | None = None,
+    memory: int | None = None,
 ) -> Seat | None:
     """A seat in the oldest forming gang that fits this worker, at `where`; the last seat forms
     it, unless a member's address cannot be reached by another (the job fails, saying which)."""
@@ -96,6 +114,7 @@ def join_forming(
             Job.status == JobStatus.queued,
             Job.nodes > 1,
             Job.gpus <= gpus,
+            *within_memory(memory),
             exists().where(GangMember.job_id == Job.id),
             ~mine,
         )

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.domain import crud
+from app.domain.cost import gigabytes
 from app.domain.tables import Job, Worker, utcnow
 from app.scheduler import gang
 from app.scheduler.claim import fits, heads, shares
@@ -57,7 +58,7 @@ def standing(session: Session, job: Job, settings: Settings) -> Standing:
     """Position, reason and estimated start of a queued job."""
     now = utcnow()
     workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
-    fitting = [w for w in workers if w.gpus >= job.gpus]
+    fitting = [w for w in workers if takes(w, job)]
     reach = min((w.gpus for w in fitting), default=job.gpus)  # the smallest worker that fits
     ahead = jobs_ahead(session, job, reach, settings, now)
     seated = len(gang.seats_of(session, job.id)) if job.nodes > 1 else 0
@@ -109,6 +110,10 @@ def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[
         return "waiting for a worker: none is live"
     if not fitting:
         largest = max(w.gpus for w in workers)
+        if largest >= job.gpus:  # GPUs enough, memory not (app.scheduler.claim)
+            most = gigabytes(max(w.memory_bytes or 0 for w in workers))
+            needed = gigabytes(job.memory_bytes or 0)
+            return f"needs {needed} of memory on one worker; the largest live worker has {most}"
         return f"needs {job.gpus} GPUs on one worker; the largest live worker has {largest}"
     free = sum(1 for w in fitting if w.current_job_id is None)
     if job.nodes > 1 and free < job.nodes:
@@ -122,6 +127,13 @@ def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[
     if all(w.current_job_id for w in fitting):
         return "next to run: every worker that fits is busy"
     return "next to run: a free worker is picking it up"
+
+
+def takes(worker: Worker, job: Job) -> bool:
+    """Whether the worker's claim can take the job: its GPUs, and its memory where both are
+    known (app.scheduler.claim)."""
+    memory, needed = worker.memory_bytes, job.memory_bytes
+    return worker.gpus >= job.gpus and (memory is None or needed is None or memory >= needed)
 
 
 def _with_gpus(job: Job) -> str:

@@ -18,6 +18,7 @@ from app.domain.states import StopReason
 from worker.protocol import REPORTED
 from worker.supervisor import gang
 from worker.supervisor.log_shipper import LogShipper
+from worker.supervisor.memory_limit import MemoryLimit
 from worker.supervisor.oom import MemoryWatch
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ class Attempt:
     shipper: LogShipper | None = None  # another node: its log's lines, to the database
     report: int | None = None  # the child's report pipe (worker.protocol.spawn_child), unread
     reported: bool = False  # its outcome file is whole; its process may still be exiting
+    # Its memory limit and where the figure comes from (worker.supervisor.memory_limit).
+    limit: tuple[MemoryLimit, str] | None = None
+    limit_noted: bool = False  # the watchdog killed it; said in the log once
 
     @property
     def files(self) -> JobFiles:

@@ -51,6 +51,12 @@ class Formed:
     started_at: datetime
     node: GangNode
     worker: str
+    memory_bytes: int | None = None  # the job's admitted estimate: this node's limit
+
+    @property
+    def claimed(self) -> tuple[str, int, Any, datetime, int | None]:
+        """The attempt as a single node's claim gives it (worker.supervisor.wakeup)."""
+        return self.job_id, self.attempt, self.spec, self.started_at, self.memory_bytes
 
 
 def advertised(settings: Settings) -> tuple[str, str]:
@@ -124,7 +130,10 @@ def _look(settings: Settings, seat: Seat, worker: str) -> tuple[Formed | None, l
         assert job.started_at is not None  # the claim set it
         peers = tuple(f"{s.address}:{s.port}" for s in seats)  # each seat published its own
         node = GangNode(mine.rank, job.nodes, f"tcp://{peers[0]}", peers)
-        return Formed(job.id, job.attempt, job.spec, job.started_at, node, worker), woken, True
+        formed = Formed(
+            job.id, job.attempt, job.spec, job.started_at, node, worker, job.memory_bytes
+        )
+        return formed, woken, True
 
 
 def leave_forming(job_id: str) -> None:

@@ -15,7 +15,7 @@ from app.scheduler import preempt
 from app.services import sweeps
 from app.services.dispatch import dispatch
 from worker.protocol import Outcome, read_outcome
-from worker.supervisor import gang, shutdown
+from worker.supervisor import gang, memory_limit, shutdown
 from worker.supervisor.attempt import Attempt, note
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,10 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
 def outcome_of(run: Attempt) -> Outcome:
     """The child's own report, or what its death tells us."""
     reported = read_outcome(run.files, run.attempt)
+    over = run.limit is not None and run.limit[0].tripped()
+    if over and (reported is None or reported.status == JobStatus.failed):
+        assert run.limit is not None
+        return memory_limit.outcome(*run.limit)  # the limit killed it (or one of its ranks)
     if reported is not None:
         return reported
     code = run.process.returncode

@@ -38,7 +38,7 @@ from worker.protocol import (
     request_stop,
     spawn_child,
 )
-from worker.supervisor import gang, shutdown, wakeup
+from worker.supervisor import gang, limits, shutdown, wakeup
 from worker.supervisor.attempt import Attempt, note, reap, signal_group, wait_end
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record, record_end
@@ -74,15 +74,15 @@ def run_job(job_id: str, worker_name: str) -> None:
         if formed is None:
             log.info("job %s: the gang did not form; this worker is free again", claimed.job_id)
             return
-        claimed = (formed.job_id, formed.attempt, formed.spec, formed.started_at)
-    job_id, attempt, stored, started_at = claimed
+        claimed = formed.claimed
+    job_id, attempt, stored, started_at, memory = claimed
     if woken_for != job_id and formed is None:  # the message went to another job: its own
         wakeup.resend(woken_for)  # job needs one again
     spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
     _set_current_job(worker_name, job_id)
     try:
         with job_context(job_id):
-            _run_attempt(settings, job_id, attempt, spec, started_at, formed)
+            _run_attempt(settings, job_id, attempt, spec, started_at, formed, memory)
     finally:
         _set_current_job(worker_name, None)
         if not shutdown.requested():  # a no-op unless the waiting child is gone
@@ -96,6 +96,7 @@ def _run_attempt(
     spec: JobSpec,
     started_at: datetime,
     formed: gang.Formed | None = None,
+    memory: int | None = None,
 ) -> None:
     """Start the child (unless its time is used up or the disk is full) and see it end."""
     # max_runtime_seconds counts from the first start, across attempts.
@@ -104,7 +105,7 @@ def _run_attempt(
         record(settings, job_id, attempt, _out_of_time(spec))
         return
     try:
-        run = start_child(settings, job_id, attempt, spec, left, formed)
+        run = start_child(settings, job_id, attempt, spec, left, formed, memory)
     except OSError as exc:  # the job's spec or log could not be written
         if not is_disk_full(exc):
             raise
@@ -118,6 +119,7 @@ def _run_attempt(
         raise
     finally:
         reap(run, settings.kill_grace_seconds)
+        limits.close(run)
 
 
 def _set_current_job(worker_name: str, job_id: str | None) -> None:
@@ -140,8 +142,11 @@ def start_child(
     spec: JobSpec,
     seconds: float,
     formed: gang.Formed | None = None,
+    memory: int | None = None,
 ) -> Attempt:
-    """The attempt's training process: a warm child taken over, or a cold one started."""
+    """The attempt's training process: a warm child taken over, or a cold one started, under
+    a memory limit set from the job's admitted estimate `memory` (worker.supervisor.
+    memory_limit)."""
     member = gang.member_of(formed)
     files = _fresh_files(settings, job_id, attempt, spec, member)
     # Another node's lines go to the database too, from this attempt on: the API reads those.
@@ -168,6 +173,7 @@ def start_child(
                 start_new_session=True,
             )
     process, report = child
+    limited = limits.under(settings, job_id, attempt, memory, process, log_path)
     now = time.monotonic()
     return Attempt(
         job_id,
@@ -179,6 +185,7 @@ def start_child(
         formed=formed,
         shipper=shipper,
         report=report,
+        limit=limited,
     )
 
 
@@ -247,6 +254,7 @@ def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
             _request_stop(run, StopReason.shutdown)
         _escalate(settings, run, now)
         run.memory.sample(run.process.pid)
+        limits.check(run)
         wait_end(run, POLL_SECONDS)  # wakes as soon as the child reports its end or exits
 
 

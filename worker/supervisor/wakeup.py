@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.core.config import Settings
 from app.core.db import session_scope
+from app.domain.cost import host_memory_bytes
 from app.scheduler.claim import claim_next
 from app.scheduler.gang import Seat
 from app.services.dispatch import wake
@@ -21,7 +22,8 @@ from worker.supervisor import gang
 log = logging.getLogger(__name__)
 
 
-Claimed = tuple[str, int, Any, datetime]  # job id, attempt, stored spec, first start
+# job id, attempt, stored spec, first start, admitted memory estimate
+Claimed = tuple[str, int, Any, datetime, int | None]
 
 
 def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
@@ -30,12 +32,12 @@ def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
     where = gang.rendezvous(settings)
     with session_scope() as session:
         gpus = len(settings.worker_gpu_ids)
-        job = claim_next(session, worker_name, gpus, settings, where)
+        job = claim_next(session, worker_name, gpus, settings, where, host_memory_bytes())
         if job is None or isinstance(job, Seat):
             seat = job
         else:
             assert job.started_at is not None  # a claim sets it
-            return job.id, job.attempt, job.spec, job.started_at
+            return job.id, job.attempt, job.spec, job.started_at, job.memory_bytes
     if seat is not None and seat.rank == 0:
         gang.wake_others(seat.job_id, seat.nodes)
     return seat

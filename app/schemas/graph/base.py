@@ -101,6 +101,13 @@ class Op(StrictModel):
         """Floating-point operations of one sample's forward pass (a multiply-add is 2)."""
         return 0
 
+    def kept(self, xs: list[TensorType], out: TensorType, framework: str) -> int:
+        """Values of one sample the op holds for the backward pass in `framework` (pytorch,
+        tensorflow): its output by default; an op whose forward keeps more (a recurrence's
+        per-step states, attention) says so. app.domain.cost counts them twice: the values
+        and, at the backward pass, their gradients."""
+        return out.size
+
     def fail(self, why: str) -> GraphError:
         return GraphError(f"{self.op} {self.name!r}: {why}")
 

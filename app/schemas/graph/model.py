@@ -158,10 +158,11 @@ class BuiltGraph:
     def flops_per_sample(self) -> int:
         return sum(node.flops for node in self.nodes)
 
-    @property
-    def activations_per_sample(self) -> int:
-        """Values one sample's forward pass keeps for the backward pass: every node's output."""
-        return self.input.size + sum(node.out.size for node in self.nodes)
+    def kept_per_sample(self, framework: str) -> int:
+        """Values one sample's forward pass keeps for the backward pass in `framework`: the
+        input and what each node keeps (Op.kept: its output, or more)."""
+        kept = (node.op.kept(list(node.types), node.out, framework) for node in self.nodes)
+        return self.input.size + sum(kept)
 
     def summary(self) -> dict[str, Any]:
         layers = [

@@ -27,6 +27,10 @@ class Recurrent(Op):
 
     gates: ClassVar[int] = 4  # weight blocks per matrix
     states: ClassVar[int] = 2  # tensors carried from step to step, hidden first
+    # Values of `units` width each step keeps for the backward pass (gates, states and their
+    # activations) in each framework, as a training step's peak measures it (tests/worker/
+    # training/test_memory_estimate.py): the output alone undercounts by the number of steps.
+    kept_per_step: ClassVar[dict[str, float]] = {"pytorch": 8.0, "tensorflow": 8.0}
     keras_class: ClassVar[str] = "LSTM"  # the Keras layer, in keras.layers
     onnx_op: ClassVar[str] = "LSTM"
     onnx_attrs: ClassVar[dict[str, Any]] = {}
@@ -56,6 +60,11 @@ class Recurrent(Op):
         steps, features = xs[0].shape
         matmuls = 2 * (features + self.units) * self.gates * self.units
         return steps * (matmuls + 4 * self.gates * self.units)  # + the gates' arithmetic
+
+    def kept(self, xs: list[TensorType], out: TensorType, framework: str) -> int:
+        steps = xs[0].shape[0]
+        per_step = self.kept_per_step.get(framework, max(self.kept_per_step.values()))
+        return out.size + int(per_step * self.units * steps)
 
     # -- PyTorch --------------------------------------------------------------------------
     def input_bias(self, bias: Any) -> Any:

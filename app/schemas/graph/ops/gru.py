@@ -19,6 +19,8 @@ class GRU(Recurrent):
     op: Literal["gru"] = "gru"
     gates: ClassVar[int] = 3
     states: ClassVar[int] = 1
+    # PyTorch's loop keeps more per step than lstm's; Keras' GRU fewer
+    kept_per_step: ClassVar[dict[str, float]] = {"pytorch": 9.0, "tensorflow": 6.0}
     keras_class: ClassVar[str] = "GRU"
     onnx_op: ClassVar[str] = "GRU"
     onnx_attrs: ClassVar[dict[str, Any]] = {"linear_before_reset": 1}

@@ -100,6 +100,15 @@ class TransformerEncoder(Op):
         small = (1 if self.positions else 0) * s * d + 2 * s * d + 2 * 8 * s * d  # adds, norms
         return projections + attention + scores + feed_forward + small
 
+    def kept(self, xs: list[TensorType], out: TensorType, framework: str) -> int:
+        """The feed-forward's hidden values (about 1.5 of steps × ff_dim: relu's output and
+        its input's), the projections, norms and residuals (about 3.5 of steps × dim), as a
+        PyTorch step's peak measures them; TensorFlow also keeps the attention scores
+        (heads × steps × steps), which PyTorch's fused attention never holds whole."""
+        s, d, f = xs[0].shape[0], self.dim, self.ff_dim
+        scores = self.heads * s * s if framework == "tensorflow" else 0
+        return int(1.5 * s * f + 3.5 * s * d) + scores
+
     def _split(self, w: list[Any]) -> tuple[Any, Block]:
         """(positions or None, the block's variables)."""
         if self.positions:

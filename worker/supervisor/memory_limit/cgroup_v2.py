@@ -1,0 +1,90 @@
+"""A job's memory limit as a cgroup v2 group: <the worker's own group>/epochal-…, with
+memory.max, memory.swap.max 0 and memory.oom.group (an OOM kill ends every process of the
+attempt at once, not one DDP rank). memory.events counts the kills, memory.peak is the peak.
+
+The job's group goes under the worker's own group, or under that group's parent where the
+worker runs in a leaf of its delegated group (systemd's Delegate= with DelegateSubgroup=):
+v2 lets a group with processes of its own hand the memory controller to children only at
+the root ("no internal processes"). Where neither will (cgroup.subtree_control cannot get
+memory, or is not this process's to write), the worker uses the watchdog."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from worker.supervisor.memory_limit.base import (
+    MemoryLimit,
+    field_of,
+    read_int,
+    remove_group,
+    sweep_stale,
+)
+
+ROOT = Path("/sys/fs/cgroup")
+
+
+def parent_group(root: Path = ROOT, membership: Path = Path("/proc/self/cgroup")) -> Path | None:
+    """This process's own group where it delegates memory to groups under it (None: not a
+    v2 hierarchy with the memory controller, or one this process cannot use)."""
+    try:
+        if "memory" not in (root / "cgroup.controllers").read_text().split():
+            return None
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    own = next((line[3:] for line in lines if line.startswith("0::")), None)
+    if own is None:
+        return None
+    folder = root / own.lstrip("/")
+    folder = folder if folder.is_dir() else root  # a namespaced view shows its own as the root
+    for candidate in (folder, folder.parent) if folder != root else (folder,):
+        if _delegates_memory(candidate):
+            return candidate
+    return None
+
+
+def _delegates_memory(folder: Path) -> bool:
+    """Whether groups made under `folder` get the memory controller (enabled here if not)."""
+    if not os.access(folder, os.W_OK):
+        return False
+    control = folder / "cgroup.subtree_control"
+    try:
+        if "memory" not in control.read_text().split():
+            control.write_text("+memory")  # refused while the group has processes of its own
+    except OSError:
+        return False
+    return True
+
+
+class CgroupV2(MemoryLimit):
+    kind = "cgroup v2"
+
+    def __init__(self, parent: Path, name: str, limit: int) -> None:
+        super().__init__(limit)
+        sweep_stale(parent)
+        self.folder = parent / name
+        self.folder.mkdir()
+        try:
+            (self.folder / "memory.max").write_text(str(limit))
+            (self.folder / "memory.oom.group").write_text("1")
+            with contextlib.suppress(OSError):  # a kernel without swap accounting
+                (self.folder / "memory.swap.max").write_text("0")
+        except BaseException:
+            self.folder.rmdir()
+            raise
+
+    def add(self, pid: int) -> None:
+        (self.folder / "cgroup.procs").write_text(str(pid))
+
+    def tripped(self) -> bool:
+        return (field_of(self.folder / "memory.events", "oom_kill") or 0) > 0
+
+    def peak(self) -> int | None:
+        return read_int(self.folder / "memory.peak")  # Linux 5.19 and later
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # Linux 5.14 and later; else killed one by one
+            (self.folder / "cgroup.kill").write_text("1")
+        remove_group(self.folder, self.folder / "cgroup.procs")
