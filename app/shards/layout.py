@@ -35,6 +35,14 @@ class ShardError(Exception):
     which shard (or record) and why."""
 
 
+class RecordError(ShardError):
+    """One record (by its number in the data, from 0) cannot be written; says why."""
+
+    def __init__(self, record: int, why: str) -> None:
+        super().__init__(f"record {record}: {why}")
+        self.record, self.why = record, why
+
+
 @dataclass(frozen=True)
 class Schema:
     """What every record of a data set is: x's shape and dtype, and y's kind."""

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from app.shards.index import INDEX, ShardEntry, ShardIndex, shard_key
-from app.shards.layout import Schema, ShardError, header
+from app.shards.layout import RecordError, Schema, ShardError, header
 from app.storage.base import CHUNK_BYTES, ObjectNotFound, Store, check_prefix
 
 DEFAULT_SHARD_BYTES = 64 * 1024 * 1024  # tens of MB: one ranged GET, one cache entry
@@ -89,9 +89,10 @@ class ShardWriter:
             raise ShardError("the writer is closed")
         xs, ys = np.asarray(xs), np.asarray(ys)
         if xs.shape[1:] != self.schema.x_shape or ys.shape != (len(xs),):
-            raise ShardError(
-                f"record {self.samples}: samples of shape {xs.shape[1:]} with labels of shape "
-                f"{ys.shape[1:]}; the schema is x {self.schema.x_shape} and one y each"
+            raise RecordError(
+                self.samples,
+                f"samples of shape {xs.shape[1:]} with labels of shape {ys.shape[1:]}; the "
+                f"schema is x {self.schema.x_shape} and one y each",
             )
         x, y = self._x(xs), self._y(ys)
         done = 0
@@ -106,14 +107,14 @@ class ShardWriter:
                 self.cut()
         self.samples += len(x)
 
-    def _bad(self, mask: np.ndarray, why: str) -> ShardError:
+    def _bad(self, mask: np.ndarray, why: str) -> RecordError:
         first = int(np.flatnonzero(mask.reshape(len(mask), -1).any(axis=1))[0])
-        return ShardError(f"record {self.samples + first}: {why}")
+        return RecordError(self.samples + first, why)
 
     def _x(self, xs: np.ndarray) -> np.ndarray:
         want = self.schema.x
         if xs.dtype.kind not in "biuf":
-            raise ShardError(f"record {self.samples}: x of dtype {xs.dtype} is not numeric")
+            raise RecordError(self.samples, f"x of dtype {xs.dtype} is not numeric")
         if xs.dtype.kind == "f":
             finite = np.isfinite(xs)
             if not finite.all():
@@ -132,7 +133,7 @@ class ShardWriter:
 
     def _y(self, ys: np.ndarray) -> np.ndarray:
         if ys.dtype.kind not in "biuf":
-            raise ShardError(f"record {self.samples}: y of dtype {ys.dtype} is not numeric")
+            raise RecordError(self.samples, f"y of dtype {ys.dtype} is not numeric")
         if self.schema.y_kind == "target":
             y = ys.astype(np.float32)
             if not np.isfinite(y).all():
@@ -244,9 +245,10 @@ def write_shards(
         for x, y in samples:
             x = np.asarray(x)
             if x.shape != schema.x_shape or np.ndim(y) != 0:
-                raise ShardError(
-                    f"record {writer.samples + len(xs)}: a sample of shape {x.shape} with a "
-                    f"label of shape {np.shape(y)}; the schema is x {schema.x_shape}, one y"
+                raise RecordError(
+                    writer.samples + len(xs),
+                    f"a sample of shape {x.shape} with a label of shape {np.shape(y)}; the "
+                    f"schema is x {schema.x_shape}, one y",
                 )
             xs.append(x)
             ys.append(y)
