@@ -80,6 +80,9 @@ class ShardCache:
         when it is not cached and there is no room for it before some reference is released."""
         with self._cond:
             entry = self._entries.get(shard)
+            if entry is not None and entry.refs == 0 and _failed(entry.future):
+                self._evict(shard)  # a failed fetch nobody holds: try the store again
+                entry = None
             if entry is not None:
                 entry.refs += 1
                 self._idle.pop(shard, None)
@@ -90,6 +93,7 @@ class ShardCache:
                 return None
             entry = _Entry(size, self._pool.submit(self._fetch, shard), refs=1)
             self._entries[shard] = entry
+            entry.future.add_done_callback(self._arrived)
             self.used += size
             self.stats.peak_bytes = max(self.stats.peak_bytes, self.used)
             return entry.future
@@ -110,11 +114,15 @@ class ShardCache:
             entry = self._entries[shard]
             entry.refs -= 1
             if entry.refs == 0:
-                future = entry.future
-                if future.done() and future.exception() is not None:
+                if _failed(entry.future):
                     self._evict(shard)
                 else:
                     self._idle[shard] = None
+            self._cond.notify_all()
+
+    def _arrived(self, future: Future[np.ndarray]) -> None:
+        """A fetch ended: an idle shard may now be evicted for one that waits for room."""
+        with self._cond:
             self._cond.notify_all()
 
     def _make_room(self, size: int) -> bool:
@@ -175,3 +183,7 @@ class ShardCache:
             self._entries.clear()
             self._idle.clear()
             self.used = 0
+
+
+def _failed(future: Future[np.ndarray]) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is not None

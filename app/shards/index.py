@@ -185,7 +185,7 @@ class ShardIndex:
                 None if names is None else tuple(names),
                 body["version"],
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise ShardError(f"not a readable index: {exc!r}") from exc
         if not all(
             isinstance(v, int) and not isinstance(v, bool)

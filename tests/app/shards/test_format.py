@@ -106,7 +106,8 @@ def test_a_changed_shard_is_found_and_named(store: Store) -> None:
     data = write_dataset(store, "c/d", [20, 20, 20])
     victim = data.index.shards[1]
     key = shard_key("c/d", victim.name)
-    raw = bytearray(store.get(key))
+    original = store.get(key)
+    raw = bytearray(original)
     raw[-1] ^= 0xFF  # one bit of the last record
     store.put(key, bytes(raw))
     with ShardReader(store, "c/d", cache_bytes=10 * victim.size) as reader:
@@ -125,6 +126,8 @@ def test_a_changed_shard_is_found_and_named(store: Store) -> None:
         with pytest.raises(ShardError, match=f"{victim.name} is missing"):
             reader.read(30)
         assert np.array_equal(reader.read(59)[0], data.x[59])  # the others still read
+        store.put(key, original)  # repaired: read again from the store, and good
+        assert np.array_equal(reader.read(30)[0], data.x[30])
 
 
 def test_an_edited_or_unfinished_index_is_refused(store: Store) -> None:
