@@ -1,0 +1,98 @@
+"""Sharded data sets for the tests: written through a real store, with shards of the sizes a
+test asks for, and a store that counts what is read from it."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.shards.index import ShardIndex
+from app.shards.layout import Schema
+from app.shards.writer import ShardWriter
+from app.storage.base import CHUNK_BYTES, Store
+
+
+@dataclass
+class Written:
+    index: ShardIndex
+    x: np.ndarray  # every sample, in global id order
+    y: np.ndarray
+
+
+def write_dataset(
+    store: Store,
+    prefix: str,
+    rows_per_shard: Sequence[int],
+    x_shape: tuple[int, ...] = (4, 3),
+    dtype: Any = np.float32,
+    classes: int = 5,
+    seed: int = 0,
+) -> Written:
+    """Random samples, one shard of each size given (cut by hand: shards as uneven as asked)."""
+    rng = np.random.default_rng(seed)
+    total = sum(rows_per_shard)
+    if np.dtype(dtype).kind == "f":
+        x = rng.normal(size=(total, *x_shape)).astype(dtype)
+    else:
+        x = rng.integers(0, 100, size=(total, *x_shape)).astype(dtype)
+    y = rng.integers(0, classes, size=total)
+    schema = Schema.of(x_shape, dtype, "class")
+    record = schema.record_bytes
+    # Shards never hold more than the largest asked for: room for it, and cut each by hand.
+    with ShardWriter(
+        store, prefix, schema, shard_bytes=256 + record * max(rows_per_shard), classes=classes
+    ) as writer:
+        at = 0
+        for rows in rows_per_shard:
+            writer.add_batch(x[at : at + rows], y[at : at + rows])
+            writer.cut()
+            at += rows
+    assert writer.index is not None
+    assert writer.index.rows_per_shard == list(rows_per_shard)
+    return Written(writer.index, x, y)
+
+
+class CountingStore:
+    """A store that passes every call through and counts the bytes each key gave."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.read: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _count(self, key: str, n: int) -> None:
+        with self._lock:
+            self.read[key] += n
+
+    def shards_read(self) -> set[str]:
+        return {key.rsplit("/", 1)[1] for key in self.read if not key.endswith("index.json")}
+
+    def get(self, key: str) -> bytes:
+        data = self.inner.get(key)
+        self._count(key, len(data))
+        return data
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        data = self.inner.get_range(key, start, end)
+        self._count(key, len(data))
+        return data
+
+    def iter_bytes(
+        self, key: str, start: int = 0, end: int | None = None, chunk: int = CHUNK_BYTES
+    ) -> Iterator[bytes]:
+        source = self.inner.iter_bytes(key, start, end, chunk)
+
+        def counted() -> Iterator[bytes]:
+            for data in source:
+                self._count(key, len(data))
+                yield data
+
+        return counted()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
