@@ -17,6 +17,7 @@ from app.api.deps import (
     SessionDep,
     check_job_dataset,
     check_job_fits,
+    check_job_init,
     check_job_priority,
     release_db,
 )
@@ -151,6 +152,7 @@ def _store(
     _check_quota(session, key, spec.resources.nodes)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     check_job_fits(session, key, spec)  # and the job must fit in a worker's memory and disk
+    spec = check_job_init(session, key, spec)  # a warm start's nodes, resolved and checked
     spec = check_job_priority(session, key, spec)  # within the key's cap
     disk = disk_estimate(session, spec, key)  # reserved in the key's storage quota until it ran
     if why := datasets.over_quota(session, key.id, disk or 0, "this job's files need"):
