@@ -22,7 +22,7 @@ from app.domain import crud, datasets
 from app.domain.admission import admission_errors, sweep_admission_errors
 from app.domain.keys import KEY_ROW, KEYS, Caller, KeyRow, split
 from app.domain.tables import ApiKey, Job
-from app.domain.warm_start import InitProblem, resolve_init
+from app.domain.warm_start import InitProblem, check_continues, resolve_init
 from app.scheduler.policy import priority_problem
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import JobSpec
@@ -184,9 +184,11 @@ def check_job_dataset(session: Session, key: Caller, spec: JobSpec) -> None:
 
 
 def check_job_init(session: Session, key: Caller, spec: JobSpec) -> JobSpec:
-    """The spec with init's nodes resolved (app.domain.warm_start); 404 when the source job
-    is not the caller's, 422 naming the field when it cannot start this job."""
+    """The spec with init's nodes resolved (app.domain.warm_start); 404 when the job that
+    init or `continues` names is not the caller's, 422 naming the field when it cannot start
+    this job."""
     try:
+        check_continues(session, key, spec)
         return resolve_init(session, key, spec)
     except InitProblem as exc:
         if exc.status == 404:

@@ -150,3 +150,38 @@ def _named_misfit(name: str, mine: Built, theirs: Built, source_id: str) -> str 
         return "not a node of this job's graph"
     why = _misfit(node, mine, theirs)
     return None if why is None else why.replace("the source job", f"job {source_id}")
+
+
+def continued_body(source: Job, epochs: int) -> dict[str, Any]:
+    """The spec of a job that trains `epochs` more from `source`'s last checkpoint: the same
+    spec, its epochs counted on from the source's last one (init: the checkpoint holds all)."""
+    body = dict(source.spec)
+    done = (source.result or {}).get("stopped_epoch") or body["training"]["epochs"]
+    body["training"] = {**body["training"], "epochs": int(done) + epochs}
+    body["init"], body["continues"] = None, source.id
+    return body
+
+
+def check_continues(session: Session, key: Caller, spec: JobSpec) -> None:
+    """InitProblem unless `continues` names a succeeded job of the key with the same
+    framework and model, and this one has epochs left after its last."""
+    if spec.continues is None:
+        return
+    loc = ("continues",)
+    source = session.get(Job, spec.continues)
+    if source is None or not (key.is_admin or source.owner_id == key.id):
+        raise InitProblem(404, [{"loc": ("body", *loc), "msg": f"no job {spec.continues}"}])
+    done = int((source.result or {}).get("stopped_epoch") or 0)
+    model = spec.model.model_dump(mode="json")
+    why = None
+    if source.status != JobStatus.succeeded:
+        why = f"job {source.id} is {source.status}; only a succeeded job can be continued"
+    elif (source.spec["framework"], _spec_of(source).model.model_dump(mode="json")) != (
+        spec.framework,
+        model,
+    ):
+        why = f"job {source.id} has another framework or model; its checkpoint would not load"
+    elif spec.training.epochs <= done:
+        why = f"job {source.id} trained {done} epochs already; training.epochs counts them"
+    if why is not None:
+        raise InitProblem(422, [{"loc": ("body", *loc), "msg": why, "type": "value_error"}])

@@ -35,7 +35,7 @@ from app.schemas.optimizers import OPTIMIZERS, OptimizerSpec
 from app.schemas.priority import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from app.schemas.schedules import LRSchedulerSpec
 from app.schemas.strict import StrictModel
-from app.schemas.warm_start import InitSpec
+from app.schemas.warm_start import ContinuesField, InitSpec
 
 Framework = Literal["pytorch", "tensorflow"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)  # the back-ends, for code outside the spec
@@ -246,6 +246,7 @@ class JobSpec(StrictModel):
     init: InitSpec | None = Field(
         None, description="start from a succeeded job's weights (warm start); null: fresh"
     )
+    continues: str | None = ContinuesField
     resources: ResourcesSpec = Field(
         default_factory=ResourcesSpec, description="devices and replicas"
     )

@@ -34,7 +34,13 @@ from worker.training.early_stopping import EarlyStopping
 from worker.training.loop import fit
 from worker.training.model_card import ExportError, evaluate, export_onnx, model_card, write_card
 from worker.training.schedules import LRSchedule
-from worker.training.warm_start import graph_for, lineage, load_init, save_weights
+from worker.training.warm_start import (
+    adopt_parent_checkpoint,
+    graph_for,
+    lineage,
+    load_init,
+    save_weights,
+)
 
 log = logging.getLogger("epochal.child")
 TRAIN_FIELDS = tuple(score_field("train", score) for score in SCORES)
@@ -217,6 +223,8 @@ def run_attempt(
     checkpointer = Checkpointer(files.checkpoints, backend, spec.checkpoint_every_epochs)
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)
+    if why := adopt_parent_checkpoint(spec, workdir):  # a job that continues another
+        return Outcome.failure(ErrorCode.invalid_config, why)
     if checkpointer.restore(state):
         log.info("resuming from the checkpoint of epoch %d", state.epoch)
     elif why := load_init(spec, backend, splits, workdir):  # a fresh start from another job

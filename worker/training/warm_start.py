@@ -1,4 +1,5 @@
-"""Warm start in the worker: a job's weights kept by node, and another job started from them.
+"""Warm start in the worker: a job's weights kept by node, and another job started from them;
+and a job that continues another from its last checkpoint.
 
 Both back-ends hold their variables in one layout and order (Keras', node by node: the one
 worker.training.init draws and model.onnx reads), so a succeeded job's weights are saved once
@@ -8,16 +9,19 @@ stored spec lists (app.domain.warm_start chose and checked them at submit).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from app.domain.job_files import WEIGHTS_FILE, JobFiles
+from app.domain.job_files import WEIGHTS_FILE, JobFiles, latest_pointer
 from app.schemas.graph import BuiltGraph
 from app.schemas.job_spec import JobSpec, built_model, model_input
 from worker.training.backend import Backend
+from worker.training.checkpoint import latest_checkpoint
 from worker.training.data import Splits
 
 
@@ -88,8 +92,40 @@ def _take(saved: Any, node: str, variable: str, shape: tuple[int, ...], job: str
 
 
 def lineage(spec: JobSpec) -> dict[str, Any] | None:
-    """Where the job's first weights came from, for its result and model card."""
+    """Where the job's first weights came from, for its result and model card: the job it
+    continues, or the one it was warm-started from."""
     init = spec.init
+    if spec.continues is not None:
+        return {"continues": spec.continues}
     if init is None:
         return None
     return {"from_job": init.from_job, "nodes": init.nodes, "checkpoint": init.checkpoint}
+
+
+def adopt_parent_checkpoint(spec: JobSpec, workdir: Path) -> str | None:
+    """For a job that continues another and has no checkpoint of its own yet: the parent's
+    last checkpoint copied in as its own, so the attempt resumes from it as from one of its
+    own (weights, optimizer state, schedule, early stopping, epoch). What went wrong, or None.
+
+    Every rank of a job may do this at once: each copies to a name of its own and renames it
+    into place, and a rank that finds the checkpoint there already keeps it."""
+    if spec.continues is None:
+        return None
+    own = JobFiles(workdir).checkpoints
+    if latest_checkpoint(own) is not None:  # a later attempt: its own checkpoints go on
+        return None
+    parent = latest_checkpoint(JobFiles.of(workdir.parent, spec.continues).checkpoints)
+    if parent is None:
+        return f"continues: job {spec.continues}'s last checkpoint is not on this worker"
+    own.mkdir(parents=True, exist_ok=True)
+    final, tmp = own / parent.name, own / f".tmp-{parent.name}-{os.getpid()}"
+    if not final.exists():
+        shutil.copytree(parent, tmp)
+        with contextlib.suppress(OSError):  # another rank put it there first
+            os.rename(tmp, final)
+        shutil.rmtree(tmp, ignore_errors=True)
+    pointer = latest_pointer(own)
+    pointer_tmp = pointer.with_name(f".{pointer.name}.{os.getpid()}")
+    pointer_tmp.write_text(parent.name)
+    os.replace(pointer_tmp, pointer)
+    return None

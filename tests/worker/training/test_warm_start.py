@@ -109,3 +109,31 @@ def test_a_warm_started_job_begins_where_its_source_ended(tmp_path: Path) -> Non
     gone = make_spec("pytorch", **fields(LAYERS, init={**init, "from_job": "gone"}))
     failed = run_spec(gone, tmp_path / str(uuid.uuid4()))
     assert failed.outcome.status == "failed" and "job gone's weights" in str(failed.outcome.error)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_continued_job_goes_on_exactly_as_one_longer_job(framework: str, tmp_path: Path) -> None:
+    layers = [*LAYERS[:4], {"name": "drop", "op": "dropout", "rate": 0.2}, LAYERS[4]]
+    optimizer = {"name": "adam", "learning_rate": 0.01}
+    schedule = {"name": "step", "step_size": 1, "gamma": 0.7}
+    body = fields(layers, epochs=4, optimizer=optimizer, lr_scheduler=schedule)
+    whole = run_spec(make_spec(framework, **body), tmp_path / str(uuid.uuid4()))
+    first_id = str(uuid.uuid4())
+    first = run_spec(
+        make_spec(framework, **(body | {"training": {"epochs": 2}})), tmp_path / first_id
+    )
+    then = make_spec(framework, **(body | {"continues": first_id}))
+    workdir = tmp_path / str(uuid.uuid4())
+    rest = run_spec(then, workdir)
+    assert rest.outcome.status == "succeeded", rest.outcome
+    assert [row["epoch"] for row in rest.rows] == [3, 4]
+    keys_ = ["train_loss", "train_accuracy", "val_loss", "val_accuracy", "learning_rate"]
+    for a, b in zip(first.rows + rest.rows, whole.rows, strict=True):
+        assert [a[k] for k in keys_] == pytest.approx([b[k] for k in keys_], rel=1e-6)
+    for a, b in zip(rest.weights, whole.weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert rest.outcome.result is not None
+    assert rest.outcome.result["lineage"] == {"continues": first_id}
+    assert run_spec(
+        make_spec(framework, **(body | {"continues": "gone"})), tmp_path / "x"
+    ).outcome.error == ("continues: job gone's last checkpoint is not on this worker")
