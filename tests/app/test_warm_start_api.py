@@ -152,3 +152,28 @@ def test_the_summary_counts_frozen_parameters_apart(client: TestClient) -> None:
     assert (
         "activation 'act'" in problem["detail"] and "no parameters to freeze" in problem["detail"]
     )
+
+
+def test_continue_makes_a_job_that_goes_on_from_the_last_epoch(client: TestClient) -> None:
+    body = spec(LAYERS, training={"epochs": 5}, init=None)
+    source = finished(client, body, best_epoch=5, stopped_epoch=5)
+    answer = client.post(f"/v1/jobs/{source}/continue", json={"epochs": 5})
+    assert answer.status_code == 201, answer.text
+    continued = answer.json()["spec"]
+    assert continued["continues"] == source and continued["training"]["epochs"] == 10
+    assert continued["model"] == client.get(f"/v1/jobs/{source}").json()["spec"]["model"]
+    queued = client.post("/v1/jobs", json=body).json()["id"]
+    early = client.post(f"/v1/jobs/{queued}/continue", json={"epochs": 5})
+    assert early.status_code == 409 and "queued" in early.json()["detail"]
+    too_many = client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1000})
+    assert too_many.status_code == 422, too_many.text
+    assert too_many.json()["errors"][0]["field"] == "training.epochs"
+    done = refusal(client, spec(LAYERS, training={"epochs": 5}, continues=source))
+    assert "trained 5 epochs already" in done["errors"][0]["msg"]
+    other = refusal(client, spec(LAYERS[:-1], training={"epochs": 8}, continues=source))
+    assert done["errors"][0]["field"] == other["errors"][0]["field"] == "continues"
+    assert "another framework or model" in other["errors"][0]["msg"]
+    client.headers["Authorization"] = f"Bearer {make_key('stranger')}"
+    assert client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1}).status_code == 404
+    hidden = refusal(client, spec(LAYERS, training={"epochs": 8}, continues=source), status=404)
+    assert hidden["detail"] == f"no job {source}"
