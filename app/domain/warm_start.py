@@ -168,6 +168,9 @@ def check_continues(session: Session, key: Caller, spec: JobSpec) -> None:
     if spec.continues is None:
         return
     loc = ("continues",)
+    if spec.init is not None:  # the checkpoint holds every weight: init would do nothing
+        msg = "init and continues exclude each other: a continued job starts from its checkpoint"
+        raise InitProblem(422, [{"loc": ("body", "init"), "msg": msg, "type": "value_error"}])
     source = session.get(Job, spec.continues)
     if source is None or not (key.is_admin or source.owner_id == key.id):
         raise InitProblem(404, [{"loc": ("body", *loc), "msg": f"no job {spec.continues}"}])

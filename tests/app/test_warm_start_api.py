@@ -173,6 +173,8 @@ def test_continue_makes_a_job_that_goes_on_from_the_last_epoch(client: TestClien
     other = refusal(client, spec(LAYERS[:-1], training={"epochs": 8}, continues=source))
     assert done["errors"][0]["field"] == other["errors"][0]["field"] == "continues"
     assert "another framework or model" in other["errors"][0]["msg"]
+    both = spec(LAYERS, training={"epochs": 8}, continues=source, init={"from_job": source})
+    assert refusal(client, both)["errors"][0]["field"] == "init"
     client.headers["Authorization"] = f"Bearer {make_key('stranger')}"
     assert client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1}).status_code == 404
     hidden = refusal(client, spec(LAYERS, training={"epochs": 8}, continues=source), status=404)
