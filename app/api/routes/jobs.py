@@ -122,6 +122,7 @@ def _check_quota(session: SessionDep, key: CurrentKey, nodes: int) -> None:
     responses={
         200: {"model": JobPublic, "description": "an earlier request with this Idempotency-Key"},
         403: documented("a priority over the key's cap, or preemptible: false from a non-admin"),
+        404: documented("init.from_job or continues names no job of this key"),
         409: documented("this Idempotency-Key came with another body"),
         429: documented("this key has EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY queued or running jobs"),
         507: documented("over the key's EPOCHAL_MAX_STORAGE_BYTES_PER_KEY"),
