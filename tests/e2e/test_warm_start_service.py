@@ -3,12 +3,15 @@ weights and checkpoint in its artifacts directory, and the jobs name their paren
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers import Service, migrate_in_subprocess, running_service, wait_for_status
+from tests.helpers import Service, migrate_in_subprocess, running_service, scaled, wait_for_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torch]
 LAYERS: list[dict[str, Any]] = [
@@ -52,8 +55,20 @@ def test_a_job_warm_starts_and_another_continues_on_a_real_worker(service: Servi
         assert warm["model_summary"]["frozen_parameters"] == 64 * 32 + 32
         card = http.get(f"/v1/jobs/{warm['id']}/artifacts/model-card").json()
         assert card["lineage"] == lineage
-        more = http.post(f"/v1/jobs/{source['id']}/continue", json={"epochs": 1})
-        continued = succeeded(http, more)
+        more = epochal_continue(service, source["id"], "--epochs", "1")
+        continued = wait_for_status(http, more, {"succeeded", "failed"}, 600)
+        assert continued["status"] == "succeeded", continued
+        assert continued["spec"]["continues"] == source["id"]
         rows = http.get(f"/v1/jobs/{continued['id']}/metrics").json()["items"]
         assert [row["epoch"] for row in rows] == [3]
         assert continued["result"]["lineage"] == {"continues": source["id"]}
+
+
+def epochal_continue(service: Service, *args: str) -> str:
+    """`epochal continue …` against the service; the new job's id it prints."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
+    env |= {"EPOCHAL_URL": service.url, "EPOCHAL_API_KEY": service.api_key}
+    argv = [sys.executable, "-m", "app.cli", "continue", *args]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=scaled(120))
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip()
