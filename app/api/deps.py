@@ -198,11 +198,11 @@ def check_job_init(session: Session, key: Caller, spec: JobSpec) -> JobSpec:
 
 def check_sweep_datasets(session: Session, key: Caller, spec: SweepSpec) -> None:
     """check_job_dataset for the base and every data set a parameter can name."""
-    if spec.base.init is not None:  # trials would each need their nodes checked and resolved
-        msg = "a sweep's trials cannot warm-start yet; submit jobs with init one by one"
-        raise RequestValidationError(
-            [{"loc": ("body", "base", "init"), "msg": msg, "type": "value_error"}]
-        )
+    for name in ("init", "continues"):  # trials would each need their sources checked
+        if getattr(spec.base, name) is not None:
+            msg = f"a sweep's trials cannot start from another job yet; submit jobs with {name}"
+            loc = ("body", "base", name)
+            raise RequestValidationError([{"loc": loc, "msg": msg, "type": "value_error"}])
     check_job_dataset(session, key, spec.base)
     if errors := datasets.sweep_problems(session, spec, key):
         raise RequestValidationError(errors)

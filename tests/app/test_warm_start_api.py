@@ -137,6 +137,9 @@ def test_a_sweeps_base_cannot_warm_start_yet(client: TestClient) -> None:
     answer = client.post("/v1/sweeps", json=sweep)
     assert answer.status_code == 422, answer.text
     assert answer.json()["errors"][0]["field"] == "base.init"
+    sweep["base"] = spec(LAYERS, training={"epochs": 4}, continues=source)
+    answer = client.post("/v1/sweeps", json=sweep)
+    assert answer.status_code == 422 and answer.json()["errors"][0]["field"] == "base.continues"
 
 
 def test_the_summary_counts_frozen_parameters_apart(client: TestClient) -> None:
