@@ -22,6 +22,7 @@ from app.domain import crud, datasets
 from app.domain.admission import admission_errors, sweep_admission_errors
 from app.domain.keys import KEY_ROW, KEYS, Caller, KeyRow, split
 from app.domain.tables import ApiKey, Job
+from app.domain.warm_start import InitProblem, check_continues, resolve_init
 from app.scheduler.policy import priority_problem
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import JobSpec
@@ -182,8 +183,26 @@ def check_job_dataset(session: Session, key: Caller, spec: JobSpec) -> None:
         )
 
 
+def check_job_init(session: Session, key: Caller, spec: JobSpec) -> JobSpec:
+    """The spec with init's nodes resolved (app.domain.warm_start); 404 when the job that
+    init or `continues` names is not the caller's, 422 naming the field when it cannot start
+    this job."""
+    try:
+        check_continues(session, key, spec)
+        return resolve_init(session, key, spec)
+    except InitProblem as exc:
+        if exc.status == 404:
+            raise HTTPException(404, str(exc)) from None
+        raise RequestValidationError(exc.errors) from None
+
+
 def check_sweep_datasets(session: Session, key: Caller, spec: SweepSpec) -> None:
     """check_job_dataset for the base and every data set a parameter can name."""
+    for name in ("init", "continues"):  # trials would each need their sources checked
+        if getattr(spec.base, name) is not None:
+            msg = f"a sweep's trials cannot start from another job yet; submit jobs with {name}"
+            loc = ("body", "base", name)
+            raise RequestValidationError([{"loc": loc, "msg": msg, "type": "value_error"}])
     check_job_dataset(session, key, spec.base)
     if errors := datasets.sweep_problems(session, spec, key):
         raise RequestValidationError(errors)

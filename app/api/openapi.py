@@ -102,7 +102,8 @@ def _statuses(path: str, operation: dict[str, Any]) -> None:
     """Add the statuses the operation's shape implies; drop those it cannot answer with."""
     responses = operation.setdefault("responses", {})
     implied = {
-        "404": path.startswith("/v1/") and "{" in path,
+        # or a body that names a resource (a job's init.from_job), where the route says so
+        "404": path.startswith("/v1/") and ("{" in path or "404" in responses),
         "413": "requestBody" in operation,
         "422": bool(operation.get("parameters")) or "requestBody" in operation,
     }

@@ -106,8 +106,9 @@ def estimate(spec: JobSpec, data: DataShape, graph: BuiltGraph | None = None) ->
     data_bytes = values * (data.itemsize + FLOAT32) + labels  # token ids: an int32 copy
     graph = graph or graph_of(spec, data)
     params = graph.parameters
+    held = params + graph.frozen_parameters  # frozen weights are held and saved, not trained
     state = params * len(spec.optimizer.slots()) * FLOAT32  # float32 tensors per parameter
-    model_bytes = 2 * params * FLOAT32 + state  # weights and gradients, then the state
+    model_bytes = (held + params) * FLOAT32 + state  # weights and gradients, then the state
     replicas = spec.resources.replica_count
     batch = spec.training.batch_size // replicas
     # what every node keeps for the backward pass (Op.kept), and its gradient
@@ -115,8 +116,9 @@ def estimate(spec: JobSpec, data: DataShape, graph: BuiltGraph | None = None) ->
     ddp = spec.framework == "pytorch" and replicas > 1
     if not ddp:  # one process holds every replica's model and batch
         model_bytes, activation_bytes = model_bytes * replicas, activation_bytes * replicas
-    checkpoint = params * FLOAT32 + state
-    disk = CHECKPOINTS_KEPT * checkpoint + 2 * params * FLOAT32  # + the model and model.onnx
+    checkpoint = held * FLOAT32 + state
+    # + the model, model.onnx and weights.npz (worker.training.warm_start)
+    disk = CHECKPOINTS_KEPT * checkpoint + 3 * held * FLOAT32
     processes = replicas if ddp else 1
     return Cost(data_bytes, model_bytes, activation_bytes, processes, disk, params)
 

@@ -11,6 +11,7 @@ all of them come from the job id or a server-made dataset id, never from a reque
                                 stop, progress, ddp-store): what its supervisor and child share
         model/model.pt          the trained model (model.keras for TensorFlow)
         model/model.onnx        the model for predictions, with model/model-card.json
+        model/weights.npz       its weights in both frameworks' layout, by node (a warm start's)
         checkpoints/epoch-NNNN  checkpoints; checkpoints/latest names the newest whole one
         outcome-N.json          attempt N's report to the supervisor
         stop-N                  why the supervisor asked attempt N to stop
@@ -33,6 +34,7 @@ from pathlib import Path
 MODEL_FILES = {"pytorch": "model.pt", "tensorflow": "model.keras"}  # framework -> file name
 ONNX_FILE = "model.onnx"  # both frameworks export it beside their own file, for predictions
 CARD_FILE = "model-card.json"  # what the ONNX model takes and returns
+WEIGHTS_FILE = "weights.npz"  # "node/variable" -> array in Keras layout, either framework
 LATEST = "latest"  # inside a checkpoints directory: names the newest complete checkpoint
 
 

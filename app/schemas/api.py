@@ -30,6 +30,7 @@ class LayerSummary(BaseModel):
     op: str
     output_shape: list[int] = Field(description="one sample's output, channels last")
     parameters: int = Field(description="trainable parameters of this node")
+    frozen_parameters: int = Field(0, description='parameters of a node with "trainable": false')
 
 
 class ModelSummary(BaseModel):
@@ -37,6 +38,9 @@ class ModelSummary(BaseModel):
 
     parameters: int = Field(
         description="trainable parameters (batch-norm moving statistics are not parameters)"
+    )
+    frozen_parameters: int = Field(
+        0, description='parameters of nodes with "trainable": false, which do not train'
     )
     flops_per_sample: int = Field(description="one sample's forward pass; a multiply-add is 2")
     layers: list[LayerSummary]

@@ -35,6 +35,7 @@ from app.schemas.optimizers import OPTIMIZERS, OptimizerSpec
 from app.schemas.priority import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from app.schemas.schedules import LRSchedulerSpec
 from app.schemas.strict import StrictModel
+from app.schemas.warm_start import ContinuesField, InitSpec
 
 Framework = Literal["pytorch", "tensorflow"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)  # the back-ends, for code outside the spec
@@ -242,6 +243,10 @@ class JobSpec(StrictModel):
     early_stopping: EarlyStoppingSpec | None = Field(
         None, description="Keras' EarlyStopping rule; null trains all epochs"
     )
+    init: InitSpec | None = Field(
+        None, description="start from a succeeded job's weights (warm start); null: fresh"
+    )
+    continues: str | None = ContinuesField
     resources: ResourcesSpec = Field(
         default_factory=ResourcesSpec, description="devices and replicas"
     )
@@ -424,9 +429,10 @@ def check_model_for_data(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGra
         graph = built_model(spec, x, outputs)
     except GraphError as exc:
         raise ValueError(f"model: {exc}") from None
-    if graph.parameters > MAX_PARAMETERS:
+    parameters = graph.parameters + graph.frozen_parameters  # frozen ones are held too
+    if parameters > MAX_PARAMETERS:
         raise ValueError(
-            f"the model has {graph.parameters:,} parameters; the limit is {MAX_PARAMETERS:,} "
+            f"the model has {parameters:,} parameters; the limit is {MAX_PARAMETERS:,} "
             f"(the largest, {graph.heaviest('parameters')})"
         )
     if graph.flops_per_sample > MAX_FLOPS_PER_SAMPLE:

@@ -143,6 +143,15 @@ def cancel(job_id: Annotated[str, typer.Argument()]) -> None:
     console.print(f"{job.id} {render.status_text(job.status)}")
 
 
+def continue_(
+    job_id: Annotated[str, typer.Argument()],
+    epochs: Annotated[int, typer.Option(help="epochs more, numbered on from the job's")],
+) -> None:
+    """Continue a succeeded job from its last checkpoint in a new job; print the new id."""
+    with connect() as client:
+        console.print(client.continue_job(job_id, epochs).id, highlight=False)
+
+
 def delete(job_id: Annotated[str, typer.Argument()]) -> None:
     """Delete a finished job: its metrics, events, model and files (refused until it ends)."""
     with connect() as client:
@@ -262,6 +271,7 @@ def register_client_commands(cli: typer.Typer) -> None:
     verbs = (submit, follow, jobs, show, metrics, logs, cancel, delete, download, predict)
     for command in (*verbs, tensorboard, workers, queue):
         cli.command()(command)
+    cli.command(name="continue")(continue_)
     cli.add_typer(datasets, name="datasets")
     cli.add_typer(sweep, name="sweep")
 

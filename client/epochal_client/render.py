@@ -124,9 +124,13 @@ def model_line(summary: dict[str, Any] | None) -> str | None:
     """The model in one line: parameters, FLOPs per sample, layers (head included)."""
     if not summary:
         return None
+    frozen = summary.get("frozen_parameters") or 0  # absent from older services
+    counted = f"{summary['parameters']:,} parameters"
+    if frozen:
+        counted = f"{summary['parameters']:,} trainable and {frozen:,} frozen parameters"
     return (
-        f"{summary['parameters']:,} parameters, {summary['flops_per_sample']:,} FLOPs per "
-        f"sample, {len(summary['layers'])} layers"
+        f"{counted}, {summary['flops_per_sample']:,} FLOPs per sample, "
+        f"{len(summary['layers'])} layers"
     )
 
 
@@ -137,7 +141,9 @@ def layers_table(job: Job) -> Table | None:
     table = Table("layer", "op", "output shape", "parameters", box=None)
     for layer in job.model_summary["layers"]:
         shape = str(tuple(layer["output_shape"]))  # as the service's messages write shapes
-        table.add_row(layer["name"], layer["op"], shape, f"{layer['parameters']:,}")
+        frozen = layer.get("frozen_parameters") or 0
+        count = f"{frozen:,} frozen" if frozen else f"{layer['parameters']:,}"
+        table.add_row(layer["name"], layer["op"], shape, count)
     return table
 
 

@@ -402,6 +402,16 @@ def test_show_renders_the_models_summary_and_its_layers() -> None:
     lines = [line.split() for line in text.splitlines()]
     assert ["flatten", "flatten", "(64,)", "0"] in lines
     assert ["head", "dense", "(10,)", "650"] in lines
+    frozen = {**summary, "parameters": 650, "frozen_parameters": 4160}
+    frozen["layers"] = [
+        {"name": "dense", "op": "dense", "output_shape": [64], "parameters": 0,
+         "frozen_parameters": 4160},
+        summary["layers"][1],
+    ]  # fmt: skip
+    frozen_job = build(Job, {**base, "model_summary": frozen})
+    text = rendered([render.job_details(frozen_job), render.layers_table(frozen_job)])
+    assert "650 trainable and 4,160 frozen parameters" in text
+    assert ["dense", "dense", "(64,)", "4,160", "frozen"] in [x.split() for x in text.splitlines()]
     older = build(Job, base)  # a job the server stored before it kept summaries
     assert render.layers_table(older) is None
     assert "parameters" not in rendered([render.job_details(older)])

@@ -42,8 +42,8 @@ def test_adam_keeps_two_moments_sgd_none() -> None:
     sgd = estimate(spec(dataset={"name": "digits"}, optimizer={"name": "sgd"}), data)
     params = 10 * 128 + 128 + 128 * 2 + 2
     assert adam.model_bytes == (2 + 2) * params * 4 and sgd.model_bytes == 2 * params * 4
-    # Two checkpoints of weights and moments, then the model file and model.onnx.
-    assert adam.disk_bytes == 2 * 3 * params * 4 + 2 * params * 4
+    # Two checkpoints of weights and moments, then the model file, model.onnx and weights.npz.
+    assert adam.disk_bytes == 2 * 3 * params * 4 + 3 * params * 4
     momentum = {"name": "sgd", "momentum": 0.9}
     assert estimate(spec(dataset={"name": "digits"}, optimizer=momentum), data).model_bytes == (
         3 * params * 4
@@ -88,3 +88,15 @@ def test_itemsize_of_stored_dtypes(dtype: str, size: int) -> None:
 
 def test_uploads_have_no_builtin_shape() -> None:
     assert builtin_data(spec(dataset={"id": "abc"})) is None
+
+
+def test_frozen_weights_are_held_and_saved_but_keep_no_gradient_or_state() -> None:
+    data = DataShape(100, 0, (10,), 4, 2)
+    layers = [{"name": "d", "op": "dense", "units": 8, "trainable": False}]
+    model = {"type": "graph", "layers": layers}
+    cost = estimate(spec(dataset={"name": "digits"}, model=model), data)
+    frozen, trained = 10 * 8 + 8, 8 * 2 + 2
+    held = frozen + trained
+    assert cost.parameters == trained
+    assert cost.model_bytes == (held + trained) * 4 + 2 * trained * 4  # Adam's two moments
+    assert cost.disk_bytes == 2 * (held + 2 * trained) * 4 + 3 * held * 4

@@ -34,6 +34,13 @@ from worker.training.early_stopping import EarlyStopping
 from worker.training.loop import fit
 from worker.training.model_card import ExportError, evaluate, export_onnx, model_card, write_card
 from worker.training.schedules import LRSchedule
+from worker.training.warm_start import (
+    adopt_parent_checkpoint,
+    graph_for,
+    lineage,
+    load_init,
+    save_weights,
+)
 
 log = logging.getLogger("epochal.child")
 TRAIN_FIELDS = tuple(score_field("train", score) for score in SCORES)
@@ -113,9 +120,12 @@ def finish(
         if backend.is_main:
             model_dir.mkdir(parents=True, exist_ok=True)
             backend.export_model(model_dir)
+            save_weights(model_dir, graph_for(spec, splits), backend.get_weights())
             onnx = export_onnx(spec, backend, splits, model_dir)
     with phase(timings, "final_eval_s"):
         result = final_result(backend, splits, state, logs, seconds)
+        if (parent := lineage(spec)) is not None:
+            result["lineage"] = parent
         if onnx is not None:
             result["evaluation"] = evaluate(spec, backend, splits)
     if onnx is not None:
@@ -213,8 +223,12 @@ def run_attempt(
     checkpointer = Checkpointer(files.checkpoints, backend, spec.checkpoint_every_epochs)
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)
+    if why := adopt_parent_checkpoint(spec, workdir):  # a job that continues another
+        return Outcome.failure(ErrorCode.invalid_config, why)
     if checkpointer.restore(state):
         log.info("resuming from the checkpoint of epoch %d", state.epoch)
+    elif why := load_init(spec, backend, splits, workdir):  # a fresh start from another job
+        return Outcome.failure(ErrorCode.invalid_config, why)
     if backend.agree(state.epoch) != -backend.agree(-state.epoch):  # ranks would not match up
         raise RuntimeError("the ranks resumed from different epochs; no rank trains alone")
     started = time.perf_counter()

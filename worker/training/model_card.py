@@ -122,6 +122,7 @@ def model_card(
             "sha256": splits.fingerprint,
         },
         "metrics": metrics,
+        "lineage": result.get("lineage"),  # the job its first weights came from, if any
         "parity": {"max_abs_diff": onnx["max_abs_diff"], "rows": onnx["rows"]},
     }
 

@@ -1,4 +1,4 @@
-"""Jobs: submit, list, read, metrics, cancel, delete."""
+"""Jobs: submit, list, read, metrics, continue, cancel, delete."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from app.api import polled
@@ -17,6 +19,7 @@ from app.api.deps import (
     SessionDep,
     check_job_dataset,
     check_job_fits,
+    check_job_init,
     check_job_priority,
     release_db,
 )
@@ -37,10 +40,12 @@ from app.domain.keys import Caller
 from app.domain.redact import job_texts, without_server_paths
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import Job, Sweep
+from app.domain.warm_start import continued_body
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from app.schemas.metric_row import spec_best_field
+from app.schemas.warm_start import ContinueRequest
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
@@ -117,6 +122,7 @@ def _check_quota(session: SessionDep, key: CurrentKey, nodes: int) -> None:
     responses={
         200: {"model": JobPublic, "description": "an earlier request with this Idempotency-Key"},
         403: documented("a priority over the key's cap, or preemptible: false from a non-admin"),
+        404: documented("init.from_job or continues names no job of this key"),
         409: documented("this Idempotency-Key came with another body"),
         429: documented("this key has EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY queued or running jobs"),
         507: documented("over the key's EPOCHAL_MAX_STORAGE_BYTES_PER_KEY"),
@@ -151,6 +157,7 @@ def _store(
     _check_quota(session, key, spec.resources.nodes)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
     check_job_fits(session, key, spec)  # and the job must fit in a worker's memory and disk
+    spec = check_job_init(session, key, spec)  # a warm start's nodes, resolved and checked
     spec = check_job_priority(session, key, spec)  # within the key's cap
     disk = disk_estimate(session, spec, key)  # reserved in the key's storage quota until it ran
     if why := datasets.over_quota(session, key.id, disk or 0, "this job's files need"):
@@ -212,6 +219,36 @@ async def read_metrics(
     if content is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id}")
     return FastJSON(content)
+
+
+@router.post(
+    "/{job_id}/continue",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobPublic,
+    operation_id="continue_job",
+    responses={
+        409: documented("the job has not succeeded"),
+        429: documented("this key has EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY queued or running jobs"),
+        507: documented("over the key's EPOCHAL_MAX_STORAGE_BYTES_PER_KEY"),
+    },
+)
+async def continue_job(
+    session: SessionDep, job: JobDep, key: CurrentKey, body: ContinueRequest
+) -> JobPublic:
+    """A new job training `epochs` more from this one's last checkpoint (weights, optimizer
+    state, schedule, early stopping); its epochs are numbered on and its spec names this job
+    in `continues`."""
+    if job.status != JobStatus.succeeded:
+        raise HTTPException(409, f"job {job.id} is {job.status}; only a succeeded job continues")
+    try:
+        spec = JobSpec.model_validate(continued_body(job, body.epochs))
+    except ValidationError as exc:  # e.g. more epochs in all than a job may have
+        raise RequestValidationError(exc.errors()) from None
+    new, answer = await run_in_threadpool(_store, session, key, spec, None)
+    assert new is not None  # no Idempotency-Key: never a replay
+    await release_db(session)
+    await run_in_threadpool(dispatch_new, [new])
+    return answer
 
 
 @router.post(

@@ -44,7 +44,8 @@ class Variable:
 
     init is one of worker.training.init's initializers; `decays` puts it in the L2 term
     (kernels, not biases, norm scales, embeddings or positions); moving statistics are not
-    trainable and are not parameters.
+    trainable and are not parameters. A frozen node's parameters are `frozen`: parameters
+    that neither train nor decay.
     """
 
     name: str
@@ -52,6 +53,7 @@ class Variable:
     init: str
     trainable: bool = True
     decays: bool = False
+    frozen: bool = False
 
     @property
     def size(self) -> int:
@@ -81,6 +83,12 @@ class Op(StrictModel):
         max_length=MAX_INPUTS,
         description='earlier nodes (or "input", the data) this node reads; default: the node '
         "before it",
+    )
+    trainable: bool = Field(
+        True,
+        description="false freezes the node: its variables take no gradient, no weight decay "
+        "and no L2 term, and it computes as at inference (batch norm keeps its moving "
+        "statistics); only for a node with variables",
     )
 
     arity: ClassVar[tuple[int, int]] = (1, 1)  # (fewest, most) inputs

@@ -3,7 +3,7 @@ one input (shapes inferred node by node) and summarized, head included."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -119,11 +119,19 @@ class BuiltNode:
         return self.op.name
 
     def variables(self) -> list[Variable]:
-        return self.op.variables(list(self.types))
+        """The op's variables; a frozen node's parameters are frozen (no gradient, no L2)."""
+        variables = self.op.variables(list(self.types))
+        if self.op.trainable:
+            return variables
+        return [replace(v, trainable=False, decays=False, frozen=v.trainable) for v in variables]
 
     @property
     def parameters(self) -> int:
         return sum(v.size for v in self.variables() if v.trainable)
+
+    @property
+    def frozen_parameters(self) -> int:
+        return sum(v.size for v in self.variables() if v.frozen)
 
     @property
     def flops(self) -> int:
@@ -147,7 +155,12 @@ class BuiltGraph:
 
     @property
     def parameters(self) -> int:
+        """Trainable parameters (a frozen node's are frozen_parameters)."""
         return sum(v.size for v in self.variables() if v.trainable)
+
+    @property
+    def frozen_parameters(self) -> int:
+        return sum(v.size for v in self.variables() if v.frozen)
 
     @property
     def xla_on_cpu(self) -> bool:
@@ -171,11 +184,13 @@ class BuiltGraph:
                 "op": node.op.op,
                 "output_shape": list(node.out.shape),
                 "parameters": node.parameters,
+                "frozen_parameters": node.frozen_parameters,
             }
             for node in self.nodes
         ]
         return {
             "parameters": self.parameters,
+            "frozen_parameters": self.frozen_parameters,
             "flops_per_sample": self.flops_per_sample,
             "layers": layers,
         }
@@ -204,6 +219,8 @@ def _add(nodes: list[BuiltNode], types: dict[str, TensorType], op: Op, before: O
     names = tuple(wiring(op, before))
     ins = tuple(types[name] for name in names)
     types[op.name] = out = op.infer(list(ins))
+    if not op.trainable and not any(v.trainable for v in op.variables(list(ins))):
+        raise op.fail("has no parameters to freeze; trainable: false is for nodes with weights")
     nodes.append(BuiltNode(op, names, ins, out))
     return op
 

@@ -33,7 +33,7 @@ class OpLayer(keras.layers.Layer):
 
     def call(self, inputs: Any, training: bool = False) -> Any:
         xs = list(inputs) if isinstance(inputs, list | tuple) else [inputs]
-        return self.op.keras_forward(KIT, self.vars, xs, bool(training))
+        return self.op.keras_forward(KIT, self.vars, xs, bool(training) and self.trainable)
 
     def get_config(self) -> dict[str, Any]:
         types = [[list(t.shape), t.tokens, t.vocab] for t in self.types]
@@ -69,6 +69,8 @@ def build_model(graph: BuiltGraph) -> tuple[keras.Model, list[keras.Variable]]:
         layer.name = node.name  # stable names: checkpoints match across processes
         args = [values[name] for name in node.inputs]
         values[node.name] = layer(args if node.op.arity[1] > 1 else args[0])
+        if not node.op.trainable:  # frozen: out of trainable_variables; batch norm infers
+            layer.trainable = False
         expected = [v.shape for v in node.variables()]
         got = [tuple(w.shape) for w in layer.weights]
         if got != expected:

@@ -53,7 +53,10 @@ class OpModule(nn.Module):
 
     def forward(self, *xs: torch.Tensor) -> Any:
         weights = [getattr(self, name) for name in self.names]
-        return self.op.torch_forward(KIT, weights, list(xs), self.training)
+        # A frozen node (its variables are buffers) computes as at inference, as Keras runs
+        # a layer that is not trainable: batch norm keeps its moving statistics.
+        training = self.training and self.op.trainable
+        return self.op.torch_forward(KIT, weights, list(xs), training)
 
 
 class GraphModule(nn.Module):
