@@ -61,17 +61,25 @@ class BatchNorm(Op):
         return 2 * out.size
 
     def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+        # PyTorch's fused kernel over (N, C, ...): the channels-first view of a channels-last
+        # image is channels_last memory, which the kernel reads as it is.
         gamma, beta, mean, var = w
-        x = xs[0]
+        x = t.channels_first(xs[0]) if xs[0].ndim > 2 else xs[0]
         if training:
-            axes = tuple(range(x.ndim - 1))
-            batch_var, batch_mean = t.torch.var_mean(x.float(), dim=axes, correction=0)
+            # Without running statistics the kernel normalizes by the batch's and hands them
+            # back; they update the moving ones here, since PyTorch would move the variance
+            # towards the unbiased batch variance where Keras (and so model.onnx's parity with
+            # TensorFlow) moves it towards the biased one.
+            y, batch_mean, invstd = t.torch.native_batch_norm(
+                x, gamma, beta, None, None, True, 0.0, EPSILON
+            )
             with t.torch.no_grad():
-                mean.mul_(self.momentum).add_(batch_mean, alpha=1 - self.momentum)
-                var.mul_(self.momentum).add_(batch_var, alpha=1 - self.momentum)
-            scale = gamma * t.torch.rsqrt(batch_var + EPSILON)
-            return (x - batch_mean) * scale + beta
-        return (x - mean) * (gamma * t.torch.rsqrt(var + EPSILON)) + beta
+                batch_var = invstd.double().pow(-2).sub(EPSILON)
+                mean.lerp_(batch_mean.to(mean.dtype), 1 - self.momentum)
+                var.lerp_(batch_var.to(var.dtype), 1 - self.momentum)
+        else:
+            y = t.F.batch_norm(x, mean, var, gamma, beta, False, 0.0, EPSILON)
+        return t.channels_last(y) if xs[0].ndim > 2 else y
 
     def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
         return k.layers.BatchNormalization(momentum=self.momentum, epsilon=EPSILON)
