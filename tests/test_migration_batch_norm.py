@@ -3,6 +3,7 @@ written out, now that the field's default is 0.9; a downgrade takes the fields a
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from alembic import command
@@ -71,23 +72,28 @@ def test_stored_specs_keep_the_momentum_they_ran_with(db_env: dict[str, str]) ->
             job.spec = as_stored_before(body)
             ids[name] = job.id
         base = as_stored_before(bodies["mlp"])
-        sweep = create_sweep(session, "s", {"base": base, "parameters": {}}, None)
+        models = {"type": "categorical", "choices": [{"batch_norm": True}, GRAPH]}
+        sweep_spec = {"base": base, "parameters": {"model": models}}
+        sweep = create_sweep(session, "s", copy.deepcopy(sweep_spec), None)
         ids["sweep"] = sweep.id
     migrate("head", up=True)
     with session_scope() as session:
         specs = {name: stored(session, Job, ids[name]) for name in bodies}
-        sweep_spec = stored(session, Sweep, ids["sweep"])
+        swept = stored(session, Sweep, ids["sweep"])
     assert momenta(specs["graph"]) == [0.99, 0.99]
     assert specs["graph"]["optimizer"]["momentum"] == 0.5
     assert momenta(specs["mlp-bn"]) == [0.99]
     assert specs["mlp-bn"]["model"]["batch_norm_momentum"] == 0.99
     assert "batch_norm_momentum" not in specs["mlp"]["model"]  # no batch norm: nothing to keep
-    assert sweep_spec["base"]["model"]["batch_norm_momentum"] == 0.99  # a trial may add one
+    assert swept["base"]["model"]["batch_norm_momentum"] == 0.99  # a trial may add one
+    mlp_choice, graph_choice = swept["parameters"]["model"]["choices"]  # whole models
+    assert mlp_choice == {"batch_norm": True, "batch_norm_momentum": 0.99}
+    assert [node.get("momentum") for node in graph_choice["layers"]] == [None, 0.99, 0.99]
     assert momenta(GRAPH_JOB) == [0.9, 0.9]  # a spec submitted now: the new default
 
     migrate(BEFORE, up=False)  # the previous revision refuses the fields: they go
     with session_scope() as session:
         assert stored(session, Job, ids["graph"]) == as_stored_before(bodies["graph"])
         assert stored(session, Job, ids["mlp-bn"]) == as_stored_before(bodies["mlp-bn"])
-        assert stored(session, Sweep, ids["sweep"])["base"] == base
+        assert stored(session, Sweep, ids["sweep"]) == sweep_spec
     migrate("head", up=True)

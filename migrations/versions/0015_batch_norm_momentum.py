@@ -39,8 +39,9 @@ def _pin(node: Any, every_mlp: bool) -> bool:
             continue
         if item.get("op") == "batch_norm" and "momentum" not in item:
             item["momentum"], changed = LEGACY, True
-        mlp = item.get("type") == "mlp" and (every_mlp or item.get("batch_norm") is True)
-        if mlp and "batch_norm_momentum" not in item:
+        # an MLP template (a sweep's choice of a whole model may leave its type implied)
+        mlp = "batch_norm" in item and item.get("type", "mlp") == "mlp"
+        if mlp and (every_mlp or item["batch_norm"] is True) and "batch_norm_momentum" not in item:
             item["batch_norm_momentum"], changed = LEGACY, True
         stack.extend(item.values())
     return changed
@@ -57,7 +58,7 @@ def _unpin(node: Any, _every_mlp: bool) -> bool:
         elif isinstance(item, dict):
             # an optimizer's momentum (sgd, rmsprop) is another field and stays
             field = "momentum" if item.get("op") == "batch_norm" else "batch_norm_momentum"
-            if field in item and (field == "momentum" or item.get("type") == "mlp"):
+            if field in item and (field == "momentum" or item.get("type", "mlp") == "mlp"):
                 del item[field]
                 changed = True
             stack.extend(item.values())
