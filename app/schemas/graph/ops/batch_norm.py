@@ -17,7 +17,6 @@ EPSILON = 1e-3  # Keras' default, in both back-ends
 # weights. Keras' own 0.99 still holds 0.99**168 = 18 % of the initial ones after 168 steps,
 # and averages over weights that changed a lot since: such a short job evaluates at chance.
 MOMENTUM = 0.9
-LEGACY_MOMENTUM = 0.99  # what every batch_norm used before the field existed
 
 
 def momentum_field(prefix: str = "") -> Any:
