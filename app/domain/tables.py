@@ -102,7 +102,7 @@ class Job(Base):
     # Its artifacts in its key's storage quota: the estimate reserved at submit, then what its
     # directory holds once an attempt ends (migration 0006).
     disk_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    # Its estimated peak host memory as admitted (app.domain.cost; migration 0015): the claim
+    # Its estimated peak host memory as admitted (app.domain.cost; migration 0017): the claim
     # gives it only to a worker with that much, whose training process is limited from it.
     # Null while its data is unknown (a missing upload), and for jobs stored before.
     memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
@@ -145,7 +145,7 @@ class Sweep(Base):
     trials_ended: Mapped[int] = mapped_column(Integer, default=0)  # told to Optuna
     # Why no trial is launched now though one may be: the owner's limits (app.services.sweeps).
     wait_reason: Mapped[str | None] = mapped_column(Text)
-    # Why it failed by itself: too many failed trials, or a top-up that raised (migration 0015).
+    # Why it failed by itself: too many failed trials, or a top-up that raised (migration 0016).
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -101,8 +101,9 @@ def job_details(job: Job) -> Table:
         ("tags", ", ".join(f"{k}={v}" for k, v in job.tags.items()) or None),
         ("model", model_line(job.model_summary)),
     ]
-    # the evaluation report has tables of its own (evaluation_tables)
-    result = {k: v for k, v in (job.result or {}).items() if k != "evaluation"}
+    # the evaluation report has tables of its own (evaluation_tables); warnings a row each
+    result = {k: v for k, v in (job.result or {}).items() if k not in ("evaluation", "warnings")}
+    rows += [("warning", f"[yellow]{w}[/]") for w in (job.result or {}).get("warnings") or []]
     rows += list(flat(result, "result").items())
     for label, value in rows:
         if value is not None:

@@ -432,6 +432,20 @@ def test_show_and_jobs_say_which_metric_is_best_and_flatten_the_result() -> None
     assert ["result.export.onnx.opset", "17"] in lines and "{" not in text
 
 
+def test_show_gives_each_warning_of_the_result_a_row() -> None:
+    from epochal_client.types import Job, build
+
+    base = {"id": "j", "name": "n", "framework": "pytorch", "status": "succeeded", "attempt": 1,
+            "epochs": 3, "current_epoch": 3, "created_at": "2025-01-01T00:00:00Z"}  # fmt: skip
+    warned = {"test_accuracy": 0.1, "warnings": ["test accuracy 0.100 is far below"]}
+    text = rendered([render.job_details(build(Job, {**base, "result": warned}))])
+    assert ["warning", "test", "accuracy", "0.100", "is", "far", "below"] in [
+        line.split() for line in text.splitlines()
+    ]
+    quiet = rendered([render.job_details(build(Job, {**base, "result": {"warnings": []}}))])
+    assert "warning" not in quiet
+
+
 def test_show_names_fashion_mnists_classes() -> None:
     from app.schemas.job_spec import CLASS_NAMES, JobSpec, class_labels
 

@@ -31,6 +31,7 @@ from worker.training.checkpoint import Checkpointer, share_newest
 from worker.training.data import DataError, Splits, load_splits
 from worker.training.disk import undone_if_full
 from worker.training.early_stopping import EarlyStopping
+from worker.training.evaluation import accuracy_gap_warnings
 from worker.training.loop import fit
 from worker.training.model_card import ExportError, evaluate, export_onnx, model_card, write_card
 from worker.training.schedules import LRSchedule
@@ -128,6 +129,8 @@ def finish(
             result["lineage"] = parent
         if onnx is not None:
             result["evaluation"] = evaluate(spec, backend, splits)
+            train_accuracy = logs.get(score_field("train", "accuracy"))
+            result["warnings"] = accuracy_gap_warnings(result["evaluation"], train_accuracy)
     if onnx is not None:
         card = model_card(spec, splits, job_id or workdir.name, result, onnx)
         with phase(timings, "export_s"), undone_if_full(workdir, no_model):

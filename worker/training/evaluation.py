@@ -14,6 +14,12 @@ import numpy as np
 
 TOP_CONFUSIONS = 5
 RESIDUAL_QUANTILES = (5, 25, 50, 75, 95)
+# An accuracy's margin is how far it is above chance (the held-out split's largest class
+# share), as a share of the way from chance to 1. A job that learned (a training margin of at
+# least LEARNED) yet kept less than KEPT of that margin on held-out data did not generalize, or
+# infers unlike it trains (batch-norm statistics that had too few steps to settle): its result
+# says so, rather than succeed quietly with a model at chance.
+LEARNED, KEPT = 0.25, 0.5
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -100,3 +106,28 @@ def evaluation_report(
         else regression_report(outputs, y)
     )
     return {"split": split, "task": task, **body}
+
+
+def _margin(accuracy: float, chance: float) -> float:
+    return (accuracy - chance) / (1.0 - chance) if chance < 1.0 else 0.0
+
+
+def accuracy_gap_warnings(report: dict[str, Any], train_accuracy: float | None) -> list[str]:
+    """A warning when the held-out accuracy of a classification report is far below the
+    training accuracy (LEARNED, KEPT above); none for regression or a report on training data."""
+    if report["task"] != "classification" or report["split"] == "train" or not report["samples"]:
+        return []
+    if train_accuracy is None:
+        return []
+    chance = max(row["support"] for row in report["per_class"]) / report["samples"]
+    held_out, learned = _margin(report["accuracy"], chance), _margin(train_accuracy, chance)
+    if learned < LEARNED or held_out >= KEPT * learned:
+        return []
+    split = "test" if report["split"] == "test" else "validation"
+    return [
+        f"{split} accuracy {report['accuracy']:.3f} is far below the training accuracy "
+        f"{train_accuracy:.3f} (chance: {chance:.3f}): the model does not carry what it learned "
+        "to held-out data. Overfitting, held-out data unlike the training data, or batch-norm "
+        "moving statistics that had too few steps to settle (a lower batch_norm momentum "
+        "settles sooner) can each cause this"
+    ]

@@ -10,15 +10,18 @@ from pydantic import Field
 from app.schemas.graph.base import GraphError, TensorType
 from app.schemas.graph.model import GraphSpec
 from app.schemas.graph.ops.activation import Activation
+from app.schemas.graph.ops.batch_norm import momentum_field
 from app.schemas.strict import StrictModel
 
 
-def _dense_stack(units: list[int], activation: str, dropout: float, bn: bool) -> list[dict]:
+def _dense_stack(units: list[int], activation: str, dropout: float, bn: float | None) -> list[dict]:
+    """(dense, [batch_norm], activation, [dropout]) per width; bn is the batch norm's
+    momentum, None for none."""
     layers: list[dict[str, Any]] = []
     for i, width in enumerate(units):
         layers.append({"name": f"dense{i}", "op": "dense", "units": width})
-        if bn:
-            layers.append({"name": f"bn{i}", "op": "batch_norm"})
+        if bn is not None:
+            layers.append({"name": f"bn{i}", "op": "batch_norm", "momentum": bn})
         layers.append({"name": f"act{i}", "op": "activation", "fn": activation})
         if dropout:
             layers.append({"name": f"drop{i}", "op": "dropout", "rate": dropout})
@@ -41,10 +44,12 @@ class MLPSpec(StrictModel):
     activation: Activation = Field("relu", description="after each hidden layer")
     dropout: float = Field(0.0, ge=0.0, le=0.9, description="dropout rate after each hidden layer")
     batch_norm: bool = Field(False, description="batch normalization after each hidden Dense layer")
+    batch_norm_momentum: float = momentum_field("with batch_norm: ")
 
     def graph(self, x: TensorType) -> GraphSpec:
         """flatten, then (dense, [batch_norm], activation, [dropout]) per hidden layer."""
-        body = _dense_stack(self.hidden_units, self.activation, self.dropout, self.batch_norm)
+        bn = self.batch_norm_momentum if self.batch_norm else None
+        body = _dense_stack(self.hidden_units, self.activation, self.dropout, bn)
         layers = _flattened(x) + body
         if not layers:  # no hidden layer on flat features: the head alone
             layers = [{"name": "flatten", "op": "flatten"}]
@@ -99,5 +104,5 @@ class CNNSpec(StrictModel):
             if self.pool != "none":
                 layers.append({"name": f"pool{i}", "op": f"{self.pool}_pool2d", "size": 2})
         layers.append({"name": "flatten", "op": "flatten"})
-        layers += _dense_stack(self.dense_units, self.activation, self.dropout, bn=False)
+        layers += _dense_stack(self.dense_units, self.activation, self.dropout, bn=None)
         return GraphSpec.model_validate({"layers": layers}, strict=False)

@@ -48,6 +48,9 @@ CASES: dict[str, Case] = {
     "reshape": Case((4, 6), [{"name": "r", "op": "reshape", "shape": [4, 3, 2]}]),
     "batch_norm": Case((5, 3), [{"name": "bn", "op": "batch_norm"}], tags=("train",)),
     "batch_norm_image": Case((4, 4, 3), [{"name": "bn", "op": "batch_norm"}], tags=("train",)),
+    "batch_norm_momentum": Case(
+        (4, 4, 3), [{"name": "bn", "op": "batch_norm", "momentum": 0.5}], tags=("train",)
+    ),
     "layer_norm": Case((5, 4), [{"name": "ln", "op": "layer_norm"}], tags=("train",)),
     "dropout": Case((6,), [{"name": "drop", "op": "dropout", "rate": 0.5}]),
     **{

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from worker.training.evaluation import evaluation_report
+from worker.training.evaluation import accuracy_gap_warnings, evaluation_report
 
 
 def one_hot(labels: list[int], classes: int) -> np.ndarray:
@@ -63,3 +63,47 @@ def test_regression_report() -> None:
 def test_a_constant_target_has_no_r2() -> None:
     report = evaluation_report("regression", np.ones((5, 1)), np.ones(5), "val", classes=1)
     assert report["r2"] is None and report["mae"] == 0.0
+
+
+def report_at(accuracy: float, shares: list[float], split: str = "test") -> dict:
+    """A report on 1,000 samples with these class shares, right on the first `accuracy` of
+    them (every mistake predicts the next class)."""
+    counts = [round(1000 * share) for share in shares]
+    y = np.repeat(np.arange(len(shares)), counts)
+    right = np.arange(len(y)) < round(accuracy * len(y))
+    pred = np.where(right, y, (y + 1) % len(shares))
+    return evaluation_report("classification", one_hot(list(pred), len(shares)), y, split, 10)
+
+
+TEN = [0.1] * 10
+
+
+@pytest.mark.parametrize(
+    ("held_out", "train", "warned"),
+    [
+        (0.10, 0.82, True),  # at chance after learning, as an unsettled batch norm gave
+        (0.40, 0.82, True),  # kept under half its margin over chance (0.30 of 0.72)
+        (0.50, 0.82, False),  # kept more than half (0.40 of 0.72)
+        (0.80, 0.82, False),
+        (0.10, 0.30, False),  # training itself barely above chance: nothing learned to lose
+        (0.10, None, False),  # no training accuracy to compare with
+    ],
+)
+def test_a_held_out_accuracy_far_below_training_warns(
+    held_out: float, train: float | None, warned: bool
+) -> None:
+    warnings = accuracy_gap_warnings(report_at(held_out, TEN), train)
+    assert bool(warnings) == warned
+    if warned:
+        assert warnings[0].startswith(f"test accuracy {held_out:.3f} is far below the training")
+        assert "chance: 0.100" in warnings[0] and "batch_norm momentum" in warnings[0]
+
+
+def test_chance_is_the_largest_class_and_only_held_out_classification_warns() -> None:
+    skewed = [0.9, 0.1]  # always guessing the first class scores 0.9: that is chance here
+    assert accuracy_gap_warnings(report_at(0.9, skewed), 0.99)
+    assert not accuracy_gap_warnings(report_at(0.97, skewed), 0.99)
+    assert accuracy_gap_warnings(report_at(0.1, TEN, "val"), 0.9)[0].startswith("validation")
+    assert not accuracy_gap_warnings(report_at(0.1, TEN, "train"), 0.9)
+    y = np.arange(10, dtype=np.float32)
+    assert not accuracy_gap_warnings(evaluation_report("regression", y, y, "test", 1), 0.9)

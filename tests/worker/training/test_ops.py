@@ -121,3 +121,22 @@ def test_training_mode_agrees_and_updates_the_same_statistics(name: str) -> None
     np.testing.assert_allclose(torch_y, keras_y, rtol=TOLERANCE, atol=TOLERANCE)
     for a, b in zip(torch_after, keras_after, strict=True):
         np.testing.assert_allclose(a, b, rtol=TOLERANCE, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("momentum", [0.5, 0.9, 0.99])
+def test_moving_statistics_keep_the_asked_share_of_their_old_value(momentum: float) -> None:
+    """Keras' momentum in both frameworks: moving = momentum * old + (1 - momentum) * batch's,
+    the variance the batch's biased one."""
+    layers = [{"name": "bn", "op": "batch_norm", "momentum": momentum}]
+    case = Case((4, 4, 3), layers)
+    graph = built(case)
+    weights, x = weights_for(graph, seed=5), samples(case, seed=6)
+    flat = x.reshape(-1, 3).astype(np.float64)
+    mean = momentum * weights[2] + (1 - momentum) * flat.mean(axis=0)
+    variance = momentum * weights[3] + (1 - momentum) * flat.var(axis=0)
+    for _, after, _ in (
+        torch_outputs(graph, weights, x, training=True),
+        keras_outputs(graph, weights, x, training=True),
+    ):
+        np.testing.assert_allclose(after[2], mean, rtol=TOLERANCE, atol=TOLERANCE)
+        np.testing.assert_allclose(after[3], variance, rtol=TOLERANCE, atol=TOLERANCE)
