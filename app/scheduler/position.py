@@ -12,7 +12,7 @@ nothing measured says how long an epoch takes.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -25,7 +25,7 @@ from app.domain.tables import Job, Worker, utcnow
 from app.scheduler import gang
 from app.scheduler.claim import fits, heads, shares
 from app.scheduler.durations import expected_seconds, remaining
-from app.scheduler.policy import fair_order
+from app.scheduler.policy import Share, fair_order
 
 ETA_HORIZON = 1000  # jobs ahead played forward at most; further back the estimate is null
 
@@ -89,8 +89,20 @@ def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: 
     own = int(
         session.scalar(select(func.count()).select_from(Job).where(*level, mine, earlier)) or 0
     )
-    tolerance = settings.fair_share_tolerance
-    turn = fair_order(shares(session, found, settings, now), tolerance)
+    turn = fair_order(shares(session, found, settings, now), settings.fair_share_tolerance)
+    return placed(job, turn, counts, int(higher or 0), own, settings.fair_share_tolerance)
+
+
+def placed(
+    job: Job,
+    turn: Sequence[Share],
+    counts: Mapping[str | None, int],
+    higher: int,
+    own: int,
+    tolerance: float,
+) -> Ahead:
+    """The jobs ahead, given its level's keys in turn order, each key's jobs at its level, the
+    competitors of higher priority and its own key's earlier jobs."""
     owners = [share.owner for share in turn]
     rank = owners.index(job.owner_id) if job.owner_id in owners else len(owners)
     others = sum(
@@ -100,7 +112,7 @@ def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: 
     )
     # Over its share: a key that used less goes first, by more than the level band.
     by_share = 0 < rank < len(turn) and turn[0].load * (1 + tolerance) < turn[rank].load
-    return Ahead(int(higher or 0), own, others, by_share)
+    return Ahead(higher, own, others, by_share)
 
 
 def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[Worker]) -> str:
@@ -138,6 +150,16 @@ def eta(
     frees = [
         remaining(session, w.current_job_id, now) if w.current_job_id else 0.0 for w in fitting
     ]
+    return played(ahead, per_job, frees, now)
+
+
+def played(
+    ahead: Ahead, per_job: float | None, frees: Sequence[float | None], now: datetime
+) -> datetime | None:
+    """The estimated start, given how long the job holds a worker and when each worker that
+    fits it is free (None: unknown)."""
+    if not frees or ahead.total > ETA_HORIZON:
+        return None
     if any(f is None for f in frees) or (ahead.total and per_job is None):
         return None
     heap = [float(f) for f in frees if f is not None]
