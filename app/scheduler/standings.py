@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -183,14 +183,19 @@ def store(session: Session, found: dict[str, Found], now: datetime) -> None:
     )
 
 
-def refresh(settings: Settings) -> None:
-    """Work out and store every queued job's standing; a failure is logged, not raised (the
-    next maintenance round tries again)."""
+def refresh(settings: Settings, unless_within: float | None = None) -> None:
+    """Work out and store every queued job's standing; with `unless_within`, not when another
+    process did less than that many seconds ago (each process's maintenance round calls it:
+    one of them does the work). A failure is logged, not raised (the next round tries again)."""
     try:
         with session_scope() as session:
             if session.get_bind().dialect.name == "postgresql":  # one refresh at a time
                 session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
             now = utcnow()
+            if unless_within is not None:
+                newest = session.scalar(select(func.max(StoredStanding.computed_at)))
+                if newest is not None and (now - newest).total_seconds() < unless_within:
+                    return
             store(session, compute(session, settings, now), now)
     except Exception:
         log.warning("could not refresh the queue's standings", exc_info=True)
