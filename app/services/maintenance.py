@@ -134,7 +134,7 @@ def run_once(settings: Settings) -> None:
         expire_and_redispatch(session, settings)
     with session_scope() as session:  # a sweep whose trial ended unseen (e.g. reaped) goes on
         sweeps.top_up_unfinished(session)
-    # Whatever changed this round or elsewhere since the last: every process runs a round, and
+    # Whatever the steps above or other processes changed: every process runs a round, and
     # one refresh per half round is enough to keep each standing within a round of the truth.
     standings.refresh(settings, unless_within=settings.maintenance_seconds / 2)
 
