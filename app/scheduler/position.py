@@ -57,7 +57,7 @@ def standing(session: Session, job: Job, settings: Settings) -> Standing:
     """Position, reason and estimated start of a queued job."""
     now = utcnow()
     workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
-    fitting = [w for w in workers if w.gpus >= job.gpus]
+    fitting = fitting_workers(workers, job)
     reach = min((w.gpus for w in fitting), default=job.gpus)  # the smallest worker that fits
     ahead = jobs_ahead(session, job, reach, settings, now)
     seated = len(gang.seats_of(session, job.id)) if job.nodes > 1 else 0
@@ -67,6 +67,12 @@ def standing(session: Session, job: Job, settings: Settings) -> Standing:
         else reason(job, ahead, workers, fitting)
     )
     return Standing(ahead.total + 1, why, eta(session, job, ahead, fitting, now))
+
+
+def fitting_workers(workers: Sequence[Worker], job: Job) -> list[Worker]:
+    """The live workers whose claim can take the job (app.scheduler.claim); the stored
+    standings (app.scheduler.standings) use the same rule."""
+    return [w for w in workers if w.gpus >= job.gpus]
 
 
 def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: datetime) -> Ahead:

@@ -34,7 +34,7 @@ from app.scheduler import gang
 from app.scheduler.claim import fits, heads, shares
 from app.scheduler.durations import Overheads, held, mean_epoch, overheads, remaining
 from app.scheduler.policy import Share, fair_order
-from app.scheduler.position import Ahead, placed, played, reason
+from app.scheduler.position import Ahead, fitting_workers, placed, played, reason
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def compute(session: Session, settings: Settings, now: datetime) -> dict[str, Fo
     durations, levels = Durations(session, now), _levels(session, jobs, workers, settings, now)
     found = {}
     for job in jobs:
-        fitting = [w for w in workers if w.gpus >= job.gpus]
+        fitting = fitting_workers(workers, job)
         level, priorities = levels[(_reach(job, fitting), job.priority)]
         higher = len(priorities) - bisect.bisect_right(priorities, job.priority)
         tolerance = settings.fair_share_tolerance
@@ -144,7 +144,7 @@ def _levels(
 ) -> dict[tuple[int, int], tuple[Level, list[int]]]:
     """Each (reach, priority) that a queued job competes at, with the priorities (sorted) of
     every competitor of that reach."""
-    reaches = {_reach(job, [w for w in workers if w.gpus >= job.gpus]) for job in jobs}
+    reaches = {_reach(job, fitting_workers(workers, job)) for job in jobs}
     levels: dict[tuple[int, int], tuple[Level, list[int]]] = {}
     for reach in reaches:
         rivals = [job for job in jobs if job.gpus <= reach]
