@@ -23,20 +23,17 @@ import orjson
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.deps import key_row, may_see, owner_filter, with_session
+from app.api.deps import key_row, may_see, owner_filter
 from app.api.errors import database_unavailable, unavailable
 from app.api.responses import FastJSON
 from app.core.async_db import fetch
-from app.core.config import get_settings
-from app.domain import crud, job_reads
+from app.domain import job_reads
 from app.domain.keys import KEYS, Caller, split
 from app.domain.redact import without_hosts
 from app.domain.states import JobStatus
-from app.domain.tables import Job
-from app.scheduler.position import standing
+from app.domain.tables import Job, StoredStanding
 from app.schemas.ids import ID_PART
 from app.schemas.job_spec import FRAMEWORKS
-from app.schemas.queue import QueueStanding
 
 METRICS_ROUTE = "/v1/jobs/{job_id}/metrics"
 LIST_ROUTE = "/v1/jobs"
@@ -81,9 +78,9 @@ async def jobs_content(
 
 
 async def job_content(key: Caller, job_id: str) -> dict[str, Any] | None:
-    """One job as its route shows it, from one statement (the job with its transitions) and,
-    for a queued job, its standing; None when there is no such job, the key may not see it, or
-    its JSON is more than orjson reads (the route answers those)."""
+    """One job as its route shows it, from one statement (the job with its transitions and, if
+    queued, the standing the scheduler stored); None when there is no such job, the key may
+    not see it, or its JSON is more than orjson reads (the route answers those)."""
     rows = await fetch(job_reads.ONE_JOB, {"job_id": job_id})
     try:
         values = job_reads.job_values(rows) if rows else None
@@ -97,22 +94,17 @@ async def job_content(key: Caller, job_id: str) -> dict[str, Any] | None:
         values["error"] = values["error"] and without_hosts(values["error"])
         for transition in values["transitions"]:
             transition["reason"] = without_hosts(transition["reason"])
-    reason, place = None, None
-    if values["status"] == JobStatus.queued:  # the scheduler's reads, as the route runs them
-        job = job_reads.as_job(values)
-        reason, place = await with_session(lambda session: waiting(session, job))
-    queue = place.model_dump() if place is not None else None
-    return job_reads.job_public(values, {"wait_reason": reason, "queue": queue})
+    return job_reads.job_public(values)
 
 
-def waiting(session: Session, job: Job) -> tuple[str | None, QueueStanding | None]:
-    """A queued job's wait_reason and standing (position, reason, estimated start); None and
-    None once it left the queue."""
-    if job.status != JobStatus.queued:
-        return None, None
-    settings = get_settings()
-    reason = crud.wait_reason(session, job, 3 * settings.heartbeat_seconds)
-    return reason, QueueStanding(**vars(standing(session, job, settings)))
+def waiting(session: Session, job: Job) -> dict[str, Any]:
+    """A job's wait_reason and queue, from the standing the scheduler stored (one read by
+    key, and only for a queued job: app.scheduler.standings)."""
+    stored = session.get(StoredStanding, job.id) if job.status == JobStatus.queued else None
+    found = None
+    if stored is not None:
+        found = {name: getattr(stored, name) for name in job_reads.STANDING_FIELDS}
+    return job_reads.waiting(job.status, found)
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,11 @@ def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None
     """Why a queued job has not started, in words a user can act on."""
     if job.status != JobStatus.queued:
         return None
-    workers = live_workers(session, within_seconds)
+    return wait_reason_among(job, live_workers(session, within_seconds))
+
+
+def wait_reason_among(job: Job, workers: Sequence[Worker]) -> str:
+    """wait_reason of a queued job, given the live workers."""
     if not workers:
         return "waiting for a worker: none is live"
     largest = max(w.gpus for w in workers)

@@ -14,7 +14,8 @@ from sqlalchemy import Integer, Select, String, Text, and_, bindparam, cast, sel
 
 from app.domain.paging import cursor_after, decode_cursor
 from app.domain.redact import without_server_paths
-from app.domain.tables import EpochMetric, Job, JobTransition, UTCDateTime
+from app.domain.states import JobStatus
+from app.domain.tables import EpochMetric, Job, JobTransition, StoredStanding, UTCDateTime
 from app.schemas.api import JobPublic, JobSummary, TransitionPublic
 from app.schemas.metric_row import ROW_FIELDS, spec_best_field
 
@@ -108,14 +109,20 @@ JOB_COLUMNS = (
     *AS_JSON,
 )
 TRANSITION_FIELDS = tuple(TransitionPublic.model_fields)
+# A queued job's standing as the scheduler stored it (app.scheduler.standings), on every row.
+STANDING_FIELDS = ("wait_reason", "position", "reason", "estimated_start")
+# What a queued job whose standing was not worked out yet shows (no position, no estimate).
+UNKNOWN = "queued: its place in the queue is worked out within a maintenance round"
 ONE_JOB = (
     select(
         *(getattr(Job, name) for name in JOB_COLUMNS[: -len(AS_JSON)]),
         *(cast(getattr(Job, name), Text).label(name) for name in AS_JSON),
         *(getattr(JobTransition, name) for name in TRANSITION_FIELDS),
+        *(getattr(StoredStanding, name) for name in STANDING_FIELDS),
     )
     .select_from(Job)
     .outerjoin(JobTransition, JobTransition.job_id == Job.id)
+    .outerjoin(StoredStanding, StoredStanding.job_id == Job.id)
     .where(Job.id == bindparam("job_id", type_=String))
     .order_by(JobTransition.id)
 )
@@ -135,29 +142,40 @@ def job_values(rows: Sequence[Row]) -> dict[str, Any]:
             if LONG_NUMBER.search(values[name]):
                 raise ValueError(f"{name} holds a number of 19 digits or more")
             values[name] = orjson.loads(values[name])
+    stored = width + len(TRANSITION_FIELDS)
     values["transitions"] = [
-        dict(zip(TRANSITION_FIELDS, row[width:], strict=True))
+        dict(zip(TRANSITION_FIELDS, row[width:stored], strict=True))
         for row in rows
         if row[width + TRANSITION_FIELDS.index("to_status")] is not None
     ]
+    standing = dict(zip(STANDING_FIELDS, rows[0][stored:], strict=True))
+    values["standing"] = standing if standing["position"] is not None else None
     return values
 
 
-def as_job(values: dict[str, Any]) -> Job:
-    """The job of job_values as a transient ORM object, for code that reads a Job's attributes
-    (app.scheduler.position); never added to a session."""
-    return Job(**{name: values[name] for name in JOB_COLUMNS})
+def waiting(status: str, stored: dict[str, Any] | None) -> dict[str, Any]:
+    """A job's wait_reason and queue (position, reason, estimated start) from its stored
+    standing (STANDING_FIELDS): None and None once it left the queue; UNKNOWN and no position
+    while the scheduler has not worked it out yet."""
+    if status != JobStatus.queued:
+        return {"wait_reason": None, "queue": None}
+    if stored is None:
+        stored = {"wait_reason": UNKNOWN, "position": None, "reason": UNKNOWN}
+    queue = {"position": stored["position"], "reason": stored["reason"]}
+    return {
+        "wait_reason": stored["wait_reason"],
+        "queue": {**queue, "estimated_start": stored.get("estimated_start")},
+    }
 
 
-def job_public(values: dict[str, Any], waiting: dict[str, Any]) -> dict[str, Any]:
-    """GET /v1/jobs/{id}'s answer from job_values; `waiting` holds its wait_reason and queue
-    (app.api.polled.waiting)."""
+def job_public(values: dict[str, Any]) -> dict[str, Any]:
+    """GET /v1/jobs/{id}'s answer from job_values, with its wait_reason and queue (waiting)."""
     error = values["error"]
     found = {
         **values,
         **_from_spec(values["spec"]),
         "error": error and without_server_paths(error),  # rows written before §10c
-        **waiting,
+        **waiting(values["status"], values["standing"]),
     }
     return {name: found[name] for name in JOB_FIELDS}
 

@@ -324,3 +324,17 @@ class MemberLogLine(Base):
     line: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (Index("ix_member_log_line_job_member", "job_id", "member", "id"),)
+
+
+class StoredStanding(Base):
+    """A queued job's standing as the scheduler last worked it out (app.scheduler.standings):
+    the reads look it up here instead of working it out per request."""
+
+    __tablename__ = "queue_standing"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text)
+    wait_reason: Mapped[str] = mapped_column(Text)
+    estimated_start: Mapped[datetime | None]
+    computed_at: Mapped[datetime]

@@ -132,6 +132,10 @@ def expected_seconds(session: Session, job: Job) -> float | None:
     per_epoch = mean_epoch(session, job.framework)
     if per_epoch is None:
         return None
-    costs = overheads(session, job.framework)
+    return held(job, per_epoch, overheads(session, job.framework))
+
+
+def held(job: Job, per_epoch: float, costs: Overheads) -> float:
+    """expected_seconds, given its framework's mean epoch time and overheads."""
     left = max(int(job.spec["training"]["epochs"]) - job.current_epoch, 0)  # a resume: fewer
     return costs.startup + left * per_epoch + costs.wind_down

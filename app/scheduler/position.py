@@ -12,7 +12,7 @@ nothing measured says how long an epoch takes.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,7 +26,7 @@ from app.domain.tables import Job, Worker, utcnow
 from app.scheduler import gang
 from app.scheduler.claim import fits, heads, shares
 from app.scheduler.durations import expected_seconds, remaining
-from app.scheduler.policy import fair_order
+from app.scheduler.policy import Share, fair_order
 
 ETA_HORIZON = 1000  # jobs ahead played forward at most; further back the estimate is null
 
@@ -58,7 +58,7 @@ def standing(session: Session, job: Job, settings: Settings) -> Standing:
     """Position, reason and estimated start of a queued job."""
     now = utcnow()
     workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
-    fitting = [w for w in workers if takes(w, job)]
+    fitting = fitting_workers(workers, job)
     reach = min((w.gpus for w in fitting), default=job.gpus)  # the smallest worker that fits
     ahead = jobs_ahead(session, job, reach, settings, now)
     seated = len(gang.seats_of(session, job.id)) if job.nodes > 1 else 0
@@ -68,6 +68,12 @@ def standing(session: Session, job: Job, settings: Settings) -> Standing:
         else reason(job, ahead, workers, fitting)
     )
     return Standing(ahead.total + 1, why, eta(session, job, ahead, fitting, now))
+
+
+def fitting_workers(workers: Sequence[Worker], job: Job) -> list[Worker]:
+    """The live workers whose claim can take the job (app.scheduler.claim); the stored
+    standings (app.scheduler.standings) use the same rule."""
+    return [w for w in workers if takes(w, job)]
 
 
 def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: datetime) -> Ahead:
@@ -90,8 +96,20 @@ def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: 
     own = int(
         session.scalar(select(func.count()).select_from(Job).where(*level, mine, earlier)) or 0
     )
-    tolerance = settings.fair_share_tolerance
-    turn = fair_order(shares(session, found, settings, now), tolerance)
+    turn = fair_order(shares(session, found, settings, now), settings.fair_share_tolerance)
+    return placed(job, turn, counts, int(higher or 0), own, settings.fair_share_tolerance)
+
+
+def placed(
+    job: Job,
+    turn: Sequence[Share],
+    counts: Mapping[str | None, int],
+    higher: int,
+    own: int,
+    tolerance: float,
+) -> Ahead:
+    """The jobs ahead, given its level's keys in turn order, each key's jobs at its level, the
+    competitors of higher priority and its own key's earlier jobs."""
     owners = [share.owner for share in turn]
     rank = owners.index(job.owner_id) if job.owner_id in owners else len(owners)
     others = sum(
@@ -101,7 +119,7 @@ def jobs_ahead(session: Session, job: Job, reach: int, settings: Settings, now: 
     )
     # Over its share: a key that used less goes first, by more than the level band.
     by_share = 0 < rank < len(turn) and turn[0].load * (1 + tolerance) < turn[rank].load
-    return Ahead(int(higher or 0), own, others, by_share)
+    return Ahead(higher, own, others, by_share)
 
 
 def reason(job: Job, ahead: Ahead, workers: Sequence[Worker], fitting: Sequence[Worker]) -> str:
@@ -150,6 +168,16 @@ def eta(
     frees = [
         remaining(session, w.current_job_id, now) if w.current_job_id else 0.0 for w in fitting
     ]
+    return played(ahead, per_job, frees, now)
+
+
+def played(
+    ahead: Ahead, per_job: float | None, frees: Sequence[float | None], now: datetime
+) -> datetime | None:
+    """The estimated start, given how long the job holds a worker and when each worker that
+    fits it is free (None: unknown)."""
+    if not frees or ahead.total > ETA_HORIZON:
+        return None
     if any(f is None for f in frees) or (ahead.total and per_job is None):
         return None
     heap = [float(f) for f in frees if f is not None]

@@ -12,7 +12,10 @@ OTHER_KEYS = "other keys"  # how the queue labels jobs of keys but the caller's
 class QueueStanding(BaseModel):
     """Where a queued job stands among the jobs competing for the same workers."""
 
-    position: int = Field(description="1 = the next to run on a worker that fits it")
+    position: int | None = Field(
+        description="1 = the next to run on a worker that fits it; null until the scheduler "
+        "worked it out (within a maintenance round of the submit)"
+    )
     reason: str = Field(description="why it waits, in words")
     estimated_start: datetime | None = Field(
         description="from the running jobs' measured epoch times; null when nothing says"

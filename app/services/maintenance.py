@@ -19,7 +19,7 @@ from app.core.log_setup import job_context
 from app.domain import crud, retention, usage
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
-from app.scheduler import gang
+from app.scheduler import gang, standings
 from app.scheduler.preempt import preempt_round
 from app.services import sweeps
 from app.services.dispatch import Sent, dispatch, wake
@@ -134,6 +134,9 @@ def run_once(settings: Settings) -> None:
         expire_and_redispatch(session, settings)
     with session_scope() as session:  # a sweep whose trial ended unseen (e.g. reaped) goes on
         sweeps.top_up_unfinished(session)
+    # Whatever the steps above or other processes changed: every process runs a round, and
+    # one refresh per half round is enough to keep each standing within a round of the truth.
+    standings.refresh(settings, unless_within=settings.maintenance_seconds / 2)
 
 
 def apply_retention(settings: Settings) -> int:

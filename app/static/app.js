@@ -207,7 +207,7 @@
         h("dt", {}, "best"), h("dd", { "data-testid": "best" }, bestText(job)),
         h("dt", {}, "priority"), h("dd", {}, job.priority ?? "–"),
         ...(job.queue ? [h("dt", {}, "queue"), h("dd", { "data-testid": "queue" },
-          `#${job.queue.position}, ${EpochalQueue.eta(job.queue.estimated_start)}: ${job.queue.reason}`)] : []),
+          `#${job.queue.position ?? "–"}, ${EpochalQueue.eta(job.queue.estimated_start)}: ${job.queue.reason}`)] : []),
         ...Object.entries(job.result || {}).filter(([k]) => k !== "evaluation").flatMap(([k, v]) => flat(v, k))
           .flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-result": k }, shown(v))]));
       const series = (key, name, color) => ({ name, color, points: sorted.map((r) => [r.epoch, r[key]]).filter((p) => p[1] !== null) });

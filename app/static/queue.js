@@ -25,7 +25,7 @@ window.EpochalQueue = (function () {
       const queue = await getJson("/v1/queue?limit=200");
       summary.textContent = `${queue.queued} queued in all${queue.truncated ? "; the first 200 of yours shown" : ""}`;
       body.replaceChildren(...queue.jobs.map((j) => h("tr", { "data-queued": j.id },
-        h("td", { "data-testid": "queue-position" }, j.position),
+        h("td", { "data-testid": "queue-position" }, j.position ?? "–"),
         h("td", {}, h("a", { href: `#/jobs/${j.id}` }, j.name), h("div", { class: "muted" }, j.id.slice(0, 8))),
         h("td", {}, j.priority), h("td", {}, j.gpus),
         h("td", { "data-testid": "queue-reason" }, j.reason),

@@ -22,6 +22,7 @@ from benchmarks.service import (
     warm_import,
 )
 from benchmarks.service.pruning import bench_pruning
+from benchmarks.service.queued_read import bench_queued_read
 from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
 from benchmarks.service.sweeps import bench_sweeps
@@ -245,6 +246,7 @@ STEPS = (
     "overhead",
     "warm",
     "polling",
+    "queued",
     "sse",
     "growth",
     "predict",
@@ -267,6 +269,7 @@ def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) ->
         "overhead": lambda: bench_overhead(report, quick),
         "warm": lambda: bench_warm(report, quick),
         "polling": lambda: bench_polling(report, quick, kinds),
+        "queued": lambda: bench_queued_read(report, quick),
         "sse": lambda: bench_sse(report, quick, kinds),
         "growth": lambda: bench_growth(report, quick),
         "sweeps": lambda: bench_sweeps(report, quick),

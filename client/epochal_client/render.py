@@ -244,7 +244,7 @@ def queue_table(view: dict[str, Any]) -> Table:
     for e in view.get("jobs", []):
         start = e.get("estimated_start")
         table.add_row(
-            str(e["position"]),
+            "–" if e.get("position") is None else str(e["position"]),  # not worked out yet
             e["id"],
             e["name"],
             str(e["priority"]),

@@ -14,6 +14,8 @@ from sqlalchemy.exc import OperationalError
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain.cost import host_memory_bytes
+from app.domain.tables import Job
+from app.scheduler import standings
 from app.scheduler.claim import claim_next
 from app.scheduler.gang import Seat
 from app.services.dispatch import wake
@@ -30,14 +32,17 @@ def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
     """The attempt this worker just claimed, or its seat in a multi-node job's gang (it
     opened the gang, seat 0: the other seats get wake-ups now)."""
     where = gang.rendezvous(settings)
+    claimed: Claimed | None = None
     with session_scope() as session:
         gpus = len(settings.worker_gpu_ids)
         job = claim_next(session, worker_name, gpus, settings, where, host_memory_bytes())
-        if job is None or isinstance(job, Seat):
-            seat = job
-        else:
+        seat = job if isinstance(job, Seat) else None
+        if isinstance(job, Job):
             assert job.started_at is not None  # a claim sets it
-            return job.id, job.attempt, job.spec, job.started_at, job.memory_bytes
+            claimed = job.id, job.attempt, job.spec, job.started_at, job.memory_bytes
+    if claimed is not None:
+        standings.refresh(settings)  # the jobs behind the one it took moved up
+        return claimed
     if seat is not None and seat.rank == 0:
         gang.wake_others(seat.job_id, seat.nodes)
     return seat

@@ -41,6 +41,7 @@ from app.domain.redact import job_texts, without_server_paths
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import Job, Sweep
 from app.domain.warm_start import continued_body
+from app.scheduler import standings
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
@@ -68,7 +69,6 @@ def public(session: SessionDep, job: Job, key: Caller | None = None) -> JobPubli
     """A job as the routes answer it, from its ORM row (GET /v1/jobs/{id} also has a fast path
     that writes the same bytes from plain rows: app.api.polled.job_content). A multi-node job's
     texts name its workers: `key` sees them unless it is an admin's (None: none is shown)."""
-    wait_reason, queue = polled.waiting(session, job)
     shown = job_texts(session, job, key)
     found = JobPublic.model_validate(
         {
@@ -77,8 +77,7 @@ def public(session: SessionDep, job: Job, key: Caller | None = None) -> JobPubli
             "error": job.error and shown(without_server_paths(job.error)),  # rows before §10c
             "result": job.result,
             "spec": job.spec,
-            "wait_reason": wait_reason,
-            "queue": queue,
+            **polled.waiting(session, job),
             "priority": job.priority,
             "step_progress": job.step_progress,
             "transitions": crud.transitions(session, job.id),
@@ -179,6 +178,7 @@ def _store(
         if earlier is None:
             raise
         return None, public(session, earlier)
+    standings.refresh(get_settings())  # its standing, and of the jobs it went ahead of
     return job, public(session, job)
 
 
@@ -264,6 +264,8 @@ def cancel_job(session: SessionDep, job: JobDep, key: CurrentKey) -> JobPublic:
     except crud.Conflict as exc:
         raise HTTPException(status_code=409, detail=str(exc)) from exc
     session.commit()
+    if job.status == JobStatus.cancelled:  # a queued job left: the ones behind it moved up
+        standings.refresh(get_settings())
     if job.sweep_id and job.status == JobStatus.cancelled:  # a queued trial ended at once
         sweeps.trial_ended(job.sweep_id)
     return public(session, job, key)
