@@ -29,6 +29,7 @@ from tests.helpers import (
     migrate_sqlite,
     pick_redis_db,
 )
+from tests.storage_server import CREDENTIALS, SeaweedServer, start_seaweed
 from worker.calibration import measured_threads, record
 
 LONG_MODULES = ("tests/e2e/", "tests/packaging/", "tests/worker/training/")
@@ -167,3 +168,21 @@ def make_key(name: str, admin: bool = False) -> str:
 def api_key(db_env: dict[str, str]) -> str:
     """A plain (non-admin) key in the test database."""
     return make_key("tester")
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """One SeaweedFS (an S3 server) for the session, stopped and its folder removed at the end."""
+    server = start_seaweed(tmp_path_factory.mktemp("seaweed") / "data")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The standard AWS variables, as a deployment sets them (no file of the user's read)."""
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.delenv("AWS_PROFILE", raising=False)

@@ -47,6 +47,19 @@ class Settings(BaseSettings):
         pattern=r"^https?://",
         description="The S3 API's address for a store other than AWS (SeaweedFS, MinIO).",
     )
+    store_wait_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="How long an attempt waits for a store that is down: at its start (to find "
+        "the job's latest checkpoint) and at its end (to put the model); then it fails, retried.",
+    )
+    store_clean_grace_seconds: float = Field(
+        3600.0,
+        ge=60,
+        description="The cleaner leaves checkpoint prefixes without a manifest and multipart "
+        "uploads alone until this old: keep it above the time one checkpoint takes to upload.",
+    )
     allow_download: bool = Field(False, description="May built-in data sets be downloaded?")
     download_mirror: str | None = Field(
         None,

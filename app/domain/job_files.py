@@ -13,6 +13,8 @@ all of them come from the job id or a server-made dataset id, never from a reque
         model/model.onnx        the model for predictions, with model/model-card.json
         model/weights.npz       its weights in both frameworks' layout, by node (a warm start's)
         checkpoints/epoch-NNNN  checkpoints; checkpoints/latest names the newest whole one
+                                (with a store elsewhere: the local staging of its checkpoint
+                                sets, checkpoints/epoch-NNNNNN-step-NNNNNNNNN/ there)
         outcome-N.json          attempt N's report to the supervisor
         stop-N                  why the supervisor asked attempt N to stop
         progress-N.json         attempt N's steps done in the epoch in progress
@@ -118,6 +120,12 @@ class JobFiles:
 
     def ddp_store(self, attempt: int) -> Path:
         return self.own / f"ddp-store-{attempt}"
+
+
+def job_key(job_id: str, *parts: str) -> str:
+    """A job's file as a key of the artifact store (app.storage): the store keeps the artifacts
+    directory's layout, so with the default store the key is that very file."""
+    return "/".join((job_id, *parts))
 
 
 def write_whole(path: Path, text: str) -> None:

@@ -2,24 +2,32 @@
 
 A job's rows go in one conditional DELETE (only a finished job; its transitions and epoch rows
 follow by ON DELETE CASCADE), its directory after the commit: a crash between the two leaves
-an orphan directory, never rows that point at missing files.
+an orphan directory, never rows that point at missing files. With a store other than the
+artifacts directory (app.storage), the job's objects there go the same way, after the commit
+(a store that is down then leaves them, as a crash leaves a directory).
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from app.core.config import get_settings
 from app.core.db import rows_changed
 from app.domain import crud
-from app.domain.job_files import JobFiles
+from app.domain.job_files import JobFiles, job_key
 from app.domain.states import TERMINAL
 from app.domain.tables import Job, utcnow
+from app.storage import StoreError, get_store
+from app.storage.registry import is_artifacts_dir
+
+log = logging.getLogger(__name__)
 
 BATCH = 500  # jobs looked at per retention round and query
 
@@ -32,8 +40,22 @@ def delete_job_rows(session: Session, job_id: str) -> bool:
 
 
 def remove_job_files(artifacts_dir: Path, job_id: str) -> None:
-    """The job's directory under EPOCHAL_ARTIFACTS_DIR, whatever it holds."""
+    """The job's directory under EPOCHAL_ARTIFACTS_DIR, whatever it holds, and its objects in
+    the store."""
     shutil.rmtree(JobFiles.of(artifacts_dir, job_id).root, ignore_errors=True)
+    remove_stored(job_key(job_id) + "/")
+
+
+def remove_stored(prefix: str) -> int:
+    """The store's objects under `prefix` when the store is not the artifacts directory (whose
+    files the callers remove themselves); how many. A failing store leaves them, logged."""
+    if is_artifacts_dir(get_settings()):
+        return 0
+    try:
+        return get_store().delete_prefix(prefix)
+    except StoreError as exc:
+        log.warning("%s stays in the store: %s", prefix, exc)
+        return 0
 
 
 def record_disk(session: Session, artifacts_dir: Path, job_id: str) -> None:
@@ -44,8 +66,9 @@ def record_disk(session: Session, artifacts_dir: Path, job_id: str) -> None:
 def prune_checkpoints(artifacts_dir: Path, job_id: str) -> bool:
     """Drop a finished job's checkpoints (its model stays); True if there were any."""
     checkpoints = JobFiles.of(artifacts_dir, job_id).checkpoints
+    stored = remove_stored(job_key(job_id, "checkpoints") + "/")
     if not checkpoints.exists():
-        return False
+        return stored > 0
     shutil.rmtree(checkpoints, ignore_errors=True)
     return True
 
@@ -60,6 +83,12 @@ def finished_before(session: Session, days: float, after_id: str = "") -> Sequen
         .limit(BATCH)
     )
     return session.scalars(query).all()
+
+
+def ended_since(session: Session, since: datetime) -> Sequence[str]:
+    """Ids of the jobs that ended at or after `since` (what the store's cleaner looks at)."""
+    query = select(Job.id).where(Job.status.in_(TERMINAL), Job.finished_at >= since)
+    return session.scalars(query.order_by(Job.id)).all()
 
 
 def apply_retention(session: Session, artifacts_dir: Path, days: float, delete_jobs: bool) -> int:

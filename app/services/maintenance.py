@@ -1,7 +1,9 @@
-"""Keeping the queue honest: reap lost workers, re-send lost messages, expire waiting jobs.
+"""Keeping the queue honest: reap lost workers, re-send lost messages, expire waiting jobs;
+and, once an interval, the retention and the store's cleaner.
 
 Runs as a thread in every API and worker process. Each change is a conditional UPDATE, so many
-copies running at once do no harm (RELIABILITY.md P2, P7, P11).
+copies running at once do no harm (RELIABILITY.md P2, P7, P11); the cleaner's deletes are as
+idempotent.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -17,14 +19,22 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.log_setup import job_context
 from app.domain import crud, retention, usage
+from app.domain.job_files import job_key
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
 from app.scheduler import gang, standings
 from app.scheduler.preempt import preempt_round
 from app.services import sweeps
 from app.services.dispatch import Sent, dispatch, wake
+from app.storage import get_store
+from app.storage.checkpoint_sets import CheckpointSets
+from app.storage.cleaner import Cleaned, abort_stale_uploads, remove_partial_checkpoints
+from app.storage.registry import is_artifacts_dir
 
 log = logging.getLogger(__name__)
+# Jobs that ended this long before the grace period are looked at no more: the cleaner's rounds
+# since had every chance to remove what their writers left.
+CLEAN_WINDOW = timedelta(days=1)
 
 
 def reap_lost_workers(session: Session) -> int:
@@ -155,6 +165,38 @@ def apply_retention(settings: Settings) -> int:
         )
 
 
+def clean_store(settings: Settings, now: datetime | None = None) -> Cleaned:
+    """What dead writers left in the store (app.storage.cleaner), once older than
+    EPOCHAL_STORE_CLEAN_GRACE_SECONDS: multipart uploads never completed, anywhere in it, and
+    the checkpoint prefixes without a manifest of jobs that have ended.
+
+    A set being written is never removed: only a job's running attempt writes its sets (and
+    prunes its own leftovers, worker.training.checkpoint_upload), so a job still queued or
+    running is not looked at; an ended job's writer is gone, and the grace period, longer than
+    a checkpoint takes to upload, covers one that has not noticed yet. With the default store
+    (the artifacts directory) only the uploads: its checkpoints are the workers' staging,
+    whose folders have no set manifest."""
+    now = now or datetime.now(UTC)
+    older_than = now - timedelta(seconds=settings.store_clean_grace_seconds)
+    store = get_store()
+    cleaned = Cleaned(uploads=abort_stale_uploads(store, "", older_than))
+    if is_artifacts_dir(settings):
+        return cleaned
+    with session_scope() as session:
+        ended = retention.ended_since(session, older_than - CLEAN_WINDOW)
+    for job_id in ended:
+        sets = CheckpointSets(store, job_key(job_id, "checkpoints"))
+        removed = remove_partial_checkpoints(sets, older_than)
+        cleaned.prefixes += [f"{sets.root}{name}/" for name in removed]
+    if cleaned.prefixes or cleaned.uploads:
+        log.info(
+            "store cleaned: %d checkpoint prefixes without a manifest, %d stale uploads",
+            len(cleaned.prefixes),
+            len(cleaned.uploads),
+        )
+    return cleaned
+
+
 class MaintenanceThread(threading.Thread):
     """Calls run_once every maintenance_seconds, and the retention once an interval."""
 
@@ -169,9 +211,16 @@ class MaintenanceThread(threading.Thread):
                 run_once(self.settings)
                 if time.monotonic() - retained_at >= self.settings.retention_interval_seconds:
                     retained_at = time.monotonic()
+                    self.clean_store()  # never raises: the retention runs whatever it meets
                     apply_retention(self.settings)
             except Exception:  # a DB or broker hiccup must not end the thread
                 log.warning("maintenance round failed", exc_info=True)
+
+    def clean_store(self) -> None:
+        try:
+            clean_store(self.settings)
+        except Exception:  # a store that is down is cleaned next interval
+            log.warning("the store's cleaning failed", exc_info=True)
 
     def stop(self) -> None:
         self._stop_event.set()

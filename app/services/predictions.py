@@ -3,6 +3,8 @@ sessions per API process, and the answer (class, probabilities, or values) for a
 
 The model takes raw inputs (the job's normalization is its first node, see model-card.json), so
 nothing here knows how the job was trained; onnxruntime is the only inference code the API loads.
+With a store other than the artifacts directory, the two files are fetched from it into this
+API box's artifacts directory on first use (`fetch_model_files`), and loaded from there.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from app.domain.job_files import CARD_FILE, ONNX_FILE, JobFiles
+from app.core.config import get_settings
+from app.domain.job_files import CARD_FILE, ONNX_FILE, JobFiles, job_key
 from app.domain.redact import without_server_paths
+from app.storage import ObjectNotFound, get_store
+from app.storage.registry import is_artifacts_dir
 
 
 class NoModel(LookupError):
@@ -79,6 +85,29 @@ def model_files(job_dir: Path) -> tuple[Path, Path]:
             raise NoModel(f"the job has no {wanted.name}")
         paths.append(path)
     return paths[0], paths[1]
+
+
+def fetch_model_files(job_id: str, job_dir: Path) -> None:
+    """Copy the job's model-card.json and model.onnx from the store into `job_dir` when it lacks
+    them and the store is elsewhere (NoModel if the store has none; StoreUnavailable, a 503,
+    while it is down). Each lands whole (written aside, then renamed); the card first, as a
+    cached session is keyed by model.onnx."""
+    files = JobFiles(job_dir)
+    if is_artifacts_dir(get_settings()) or (files.onnx.is_file() and files.model_card.is_file()):
+        return
+    store = get_store()
+    for path in (files.model_card, files.onnx):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as out:
+                for chunk in store.iter_bytes(job_key(job_id, "model", path.name)):
+                    out.write(chunk)
+            os.replace(tmp, path)
+        except ObjectNotFound:
+            raise NoModel(f"the job has no {path.name}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def _read_card(card_path: Path) -> tuple[tuple[int, ...], str, list[Any] | None, int | None]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 from functools import lru_cache
-from urllib.parse import urlparse
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from app.core.config import Settings, get_settings
 from app.storage.base import Store
@@ -32,6 +33,15 @@ def open_store(url: str, endpoint: str | None = None) -> Store:
 def store_for(settings: Settings) -> Store:
     """The store these settings name (EPOCHAL_STORE_URL, EPOCHAL_STORE_ENDPOINT)."""
     return open_store(settings.resolved_store_url, settings.store_endpoint)
+
+
+def is_artifacts_dir(settings: Settings) -> bool:
+    """Whether the store is the artifacts directory itself (the embedded default): its keys
+    are then the very files a worker writes there, and nothing is copied into it."""
+    parsed = urlparse(settings.resolved_store_url)
+    if parsed.scheme != "file":
+        return False
+    return Path(unquote(parsed.path)).expanduser().resolve() == settings.resolved_artifacts_dir
 
 
 @lru_cache

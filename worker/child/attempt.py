@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from app.domain.job_files import JobFiles
+from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import JobSpec
 from app.schemas.metric_row import SCORES, best_field, score_field
@@ -28,6 +28,7 @@ from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
 from worker.training.checkpoint import Checkpointer, share_newest
+from worker.training.checkpoint_upload import StoreCheckpoints, for_job
 from worker.training.data import DataError, Splits, load_splits
 from worker.training.disk import undone_if_full
 from worker.training.early_stopping import EarlyStopping
@@ -182,9 +183,12 @@ def train(
         forget, rows = ForgetReplayedEpochs(job_id, attempt), DbMetricRecorder(job_id, attempt)
         pruning = TrialPruning(job_id)
         record = [forget, rows, pruning]
+    store = for_job(job_id, workdir)  # None with the default store: the staging is the store
     try:
         with progress:
-            outcome = run_attempt(spec, workdir, backend, splits, state, record, timings, job_id)
+            outcome = run_attempt(
+                spec, workdir, backend, splits, state, record, timings, job_id, store
+            )
     finally:
         backend.close(exiting=True)  # this process ends with the attempt (worker.child.launch)
     if backend.is_main and outcome.result:
@@ -216,14 +220,37 @@ def run_attempt(
     record: Sequence[Callback] = (),
     timings: dict[str, float] | None = None,
     job_id: str | None = None,
+    store: StoreCheckpoints | None = None,
 ) -> Outcome:
     """Resume from the latest checkpoint in workdir if any, fit, then checkpoint and export
-    (the framework's model file, model.onnx and model-card.json, named for job_id)."""
+    (the framework's model file, model.onnx and model-card.json, named for job_id). With a
+    store, checkpoints are uploaded beside training and the model is put there before the
+    attempt can succeed; a resume first brings the store's newest checkpoint into workdir."""
+    try:
+        return _run_attempt(spec, workdir, backend, splits, state, record, timings, job_id, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _run_attempt(
+    spec: JobSpec,
+    workdir: Path,
+    backend: Backend,
+    splits: Splits,
+    state: TrainState,
+    record: Sequence[Callback],
+    timings: dict[str, float] | None,
+    job_id: str | None,
+    store: StoreCheckpoints | None,
+) -> Outcome:
     timings = {} if timings is None else timings
     validate = splits.x_val is not None
     callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), record))
     files = JobFiles(workdir)
-    checkpointer = Checkpointer(files.checkpoints, backend, spec.checkpoint_every_epochs)
+    checkpointer = Checkpointer(
+        files.checkpoints, backend, spec.checkpoint_every_epochs, publisher=store
+    )
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)
     if why := adopt_parent_checkpoint(spec, workdir):  # a job that continues another
@@ -245,6 +272,8 @@ def run_attempt(
     if reason in requeued and state.epoch >= state.epochs:
         reason = None  # every epoch was done already: finish the job here
     if reason in (*requeued, StopReason.cancelled, StopReason.timeout):
+        if store is not None and reason in requeued:  # the next attempt resumes from it
+            store.drain(store.stop_wait_seconds)
         detail = f"stopped after epoch {state.epoch} of {state.epochs}"
         errors = dict.fromkeys(requeued, detail) | {StopReason.timeout: f"{detail} (timeout)"}
         return Outcome.stopped(reason, errors.get(reason))  # a clean cancel is no error
@@ -253,6 +282,24 @@ def run_attempt(
         result = finish(spec, backend, splits, state, logs, seconds, workdir, timings, job_id)
     except ExportError as exc:  # the job fails loudly rather than ship a model that differs
         return Outcome.failure(ErrorCode.internal_error, str(exc))
+    if store is not None and backend.is_main:
+        with phase(timings, "store_wait_s"):
+            failed = publish_model(store, spec, files)
+        if failed is not None:  # never succeeded without its model where the API reads it
+            return Outcome.failure(ErrorCode.infrastructure, failed)
     timings |= {"fit_s": seconds, "checkpoint_s": checkpointer.seconds}
+    if store is not None and backend.is_main:  # beside the fit, not part of it
+        timings["checkpoint_upload_s"] = store.upload_seconds
     result["timings"] = {k: round(v, 4) for k, v in timings.items()}
     return Outcome(JobStatus.succeeded, reason or StopReason.completed, result=result)
+
+
+def publish_model(store: StoreCheckpoints, spec: JobSpec, files: JobFiles) -> str | None:
+    """Put model.onnx, the card and the model file in the store, then let the last checkpoint
+    land, all within EPOCHAL_STORE_WAIT_SECONDS; None when the model is there, else why not."""
+    started = time.monotonic()
+    names = (ONNX_FILE, CARD_FILE, MODEL_FILES[spec.framework])  # the model file last
+    failed = store.publish_model(files.model_dir, names, store.wait_seconds)
+    if failed is None and not store.drain(store.wait_seconds - (time.monotonic() - started)):
+        log.warning("the last checkpoint is not in the store yet; the model is")
+    return failed

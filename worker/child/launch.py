@@ -32,6 +32,7 @@ from app.core.log_setup import configure_logging
 from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, StopReason
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
+from app.storage.base import StoreError
 from worker.priority import idle_while_waiting
 from worker.protocol import (
     CHILD_MODULE,
@@ -175,6 +176,10 @@ def classify(exc: BaseException) -> Outcome:
         return Outcome.failure(ErrorCode.worker_lost, text)
     if name in ("OperationalError", "InterfaceError", "DatabaseError"):
         return Outcome.failure(ErrorCode.infrastructure, f"database unavailable: {text}")
+    if isinstance(exc, StoreError):  # e.g. down past EPOCHAL_STORE_WAIT_SECONDS at a resume
+        return Outcome.failure(
+            ErrorCode.infrastructure, f"the artifact store failed: {text}; the attempt is retried"
+        )
     if is_disk_full(exc):
         return Outcome.disk_full(exc)
     if isinstance(exc, OSError) and exc.errno == errno.EIO:
@@ -198,6 +203,7 @@ def wait_for_assignment(framework: str) -> Assignment:
     with contextlib.suppress(ImportError):  # what a sweep's trial reports to, ~0.7 s
         importlib.import_module("optuna")
     importlib.import_module("worker.training.onnx_export").preload()  # the job's last step
+    importlib.import_module("worker.training.checkpoint_upload").preload()  # an S3 client
     line = sys.stdin.readline()
     if not line:  # the supervisor went away without a job for us
         os._exit(0)

@@ -7,6 +7,10 @@ any moment leaves the previous checkpoint intact (RELIABILITY.md P32). Every fil
 directory and its parent are fsynced before `latest` moves, so a power cut cannot leave `latest`
 naming files still in the page cache; a manifest of sizes lets a torn one be recognized, and
 restoring falls back to the newest checkpoint that is whole.
+
+With a store other than the artifacts directory, this directory is the checkpoints' local
+staging: each one written here is handed to a publisher (worker.training.checkpoint_upload),
+which uploads it beside training, and a resume first brings the store's newest whole set here.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import shutil
 import tarfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.domain.job_files import latest_pointer
 from app.domain.states import StopReason
@@ -33,11 +37,35 @@ MANIFEST = "manifest.json"  # written last: each file's size, so a torn checkpoi
 NOBODY = 1 << 30  # a rank number no gang reaches
 
 
+class Publisher(Protocol):
+    """Where a checkpoint staged here goes next (worker.training.checkpoint_upload: a store)."""
+
+    def submit(self, folder: Path, epoch: int, step: int) -> None:
+        """Take a whole checkpoint just staged; return at once (it is uploaded aside)."""
+        ...
+
+    def held(self) -> set[str]:
+        """Names of staged checkpoints it still reads (uploading, or waiting to): not pruned."""
+        ...
+
+    def fetch_newer(self, root: Path) -> None:
+        """Bring the store's newest whole checkpoint into `root` if `root` has none as new."""
+        ...
+
+
 class Checkpointer(Callback):
     """Saves every `every` epochs (main rank only) and can restore the latest."""
 
-    def __init__(self, root: Path, backend: Backend, every: int, keep: int = 2) -> None:
+    def __init__(
+        self,
+        root: Path,
+        backend: Backend,
+        every: int,
+        keep: int = 2,
+        publisher: Publisher | None = None,
+    ) -> None:
         self.root, self.backend, self.every, self.keep = root, backend, every, keep
+        self.publisher = publisher
         self.callbacks: list[Callback] = []
         self.saved_epoch = 0
         self.seconds = 0.0  # spent writing checkpoints (reported in the job's timings)
@@ -59,7 +87,7 @@ class Checkpointer(Callback):
 
     def _write(self, state: TrainState) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / f"epoch-{state.epoch:04d}"
+        final = self.root / checkpoint_dir_name(state.epoch)
         tmp = self.root / f".tmp-{final.name}-{os.getpid()}"
         # A full disk: what this write left goes (the space with it), `latest` still names
         # the last good checkpoint, and the job ends disk_full.
@@ -76,6 +104,8 @@ class Checkpointer(Callback):
             _fsync_dir(self.root)
             _write_atomic(latest_pointer(self.root), final.name)
         self.saved_epoch = state.epoch
+        if self.publisher is not None:  # uploaded aside: training goes on meanwhile
+            self.publisher.submit(final, state.epoch, state.global_step)
         self._prune(keep_name=final.name)
 
     def _discard(self, tmp: Path, final: Path) -> None:
@@ -99,7 +129,11 @@ class Checkpointer(Callback):
 
     def restore(self, state: TrainState) -> bool:
         """Load the newest whole checkpoint into the back-end, callbacks and state; False if
-        none (one that fails to load is skipped for the one before it)."""
+        none (one that fails to load is skipped for the one before it). With a publisher, the
+        store's newest whole checkpoint is brought here first when this staging has none as new
+        (another worker's, or one written before this box was used)."""
+        if self.publisher is not None:
+            self.publisher.fetch_newer(self.root)
         for candidate in whole_checkpoints(self.root):
             try:
                 self.backend.load_checkpoint(candidate)
@@ -121,7 +155,8 @@ class Checkpointer(Callback):
         self.saved_epoch = state.epoch
 
     def _prune(self, keep_name: str) -> None:
-        done = sorted(p for p in self.root.glob("epoch-*") if p.name != keep_name)
+        held = self.publisher.held() if self.publisher is not None else set()
+        done = sorted(p for p in self.root.glob("epoch-*") if p.name not in {keep_name, *held})
         for old in done[: max(len(done) - (self.keep - 1), 0)]:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -202,6 +237,23 @@ def _adopt(root: Path, name: str, payload: bytes) -> None:
         os.replace(tmp, final)
         _fsync_dir(root)
     _write_atomic(latest_pointer(root), name)
+
+
+def install(root: Path, tmp: Path, name: str) -> Path:
+    """Make the checkpoint files in `tmp` (a folder under `root`) the checkpoint `name` and
+    point `latest` at it: sealed (sizes manifest, fsynced) and renamed, as one written here is."""
+    _seal(tmp)
+    final = root / name
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    _write_atomic(latest_pointer(root), name)
+    return final
+
+
+def checkpoint_dir_name(epoch: int) -> str:
+    """The folder of the checkpoint taken after `epoch`, in a staging directory."""
+    return f"epoch-{epoch:04d}"
 
 
 def latest_epoch(root: Path) -> int:

@@ -1,8 +1,10 @@
 """A job's artifacts: list what exists, download the trained model, its ONNX twin and card.
 
-Only fixed names under the job's own directory are ever read (the model file, `model.onnx`,
-`model-card.json`, `checkpoints/latest`, `spec.json`, `job.log`); nothing in a request becomes
-a path (RELIABILITY.md P45).
+Only fixed names of the job's own are ever read (the model file, `model.onnx`,
+`model-card.json`, the latest checkpoint, `spec.json`, `job.log`); nothing in a request becomes
+a path or a key (RELIABILITY.md P45). The model and its exports stream from the store
+(app.storage), where the worker puts them before the job succeeds; so does the latest
+checkpoint's listing when the store is not the artifacts directory (its sets, with manifests).
 """
 
 from __future__ import annotations
@@ -11,19 +13,21 @@ import re
 from pathlib import Path, PurePosixPath
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from app.api.deps import JobDep, SessionDep
 from app.api.errors import documented
 from app.api.ranged import stream_object
 from app.core.config import get_settings
-from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles
+from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles, job_key
 from app.domain.states import JobStatus
 from app.domain.tables import Dataset, Job
 from app.schemas.job_spec import JobSpec, input_shape_and_classes
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic
 from app.storage import get_store
 from app.storage.base import ObjectInfo, ObjectNotFound
+from app.storage.checkpoint_sets import CheckpointSets
+from app.storage.registry import is_artifacts_dir
 
 router = APIRouter(prefix="/jobs", tags=["artifacts"])
 # kind -> (file under model/, URL segment, media type): the portable exports of a succeeded job
@@ -49,16 +53,27 @@ def _inside(root: Path, path: Path) -> Path | None:
     return resolved if resolved.is_relative_to(root) else None
 
 
-def export_path(job: Job, kind: str) -> Path | None:
-    """model.onnx or model-card.json of a succeeded job, if the worker wrote it."""
-    files = _job_files(job)
-    found = _inside(files.root, files.model_dir / EXPORTS[kind][0])
-    ok = found is not None and found.is_file() and job.status == JobStatus.succeeded
-    return found if ok else None
+def stored_export(job: Job, kind: str) -> ObjectInfo | None:
+    """model.onnx or model-card.json of a succeeded job, if the worker put it in the store."""
+    if job.status != JobStatus.succeeded:
+        return None
+    try:
+        return get_store().head(job_key(job.id, "model", EXPORTS[kind][0]))
+    except ObjectNotFound:
+        return None
 
 
-def _checkpoint(files: JobFiles) -> ArtifactPublic | None:
-    """The directory `checkpoints/latest` names, with its epoch and total size."""
+def _checkpoint(job: Job, files: JobFiles) -> ArtifactPublic | None:
+    """The job's latest checkpoint: the store's newest set with a manifest, or with the default
+    store the directory `checkpoints/latest` names; its epoch and total size."""
+    if not is_artifacts_dir(get_settings()):
+        manifest = CheckpointSets(get_store(), job_key(job.id, "checkpoints")).latest()
+        if manifest is None:
+            return None
+        size = sum(part.size for part in manifest.parts)
+        return ArtifactPublic(
+            kind="checkpoint", name=manifest.name, size_bytes=size, epoch=manifest.epoch
+        )
     root = files.root
     latest = _inside(root, files.latest)
     if latest is None or not latest.is_file():
@@ -93,17 +108,17 @@ def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
         url = f"/v1/jobs/{job.id}/artifacts/model"
         name = PurePosixPath(model.key).name
         items.append(ArtifactPublic(kind="model", name=name, size_bytes=model.size, url=url))
-    for kind, (_, segment, _) in EXPORTS.items():
-        if (found := export_path(job, kind)) is not None:
+    for kind, (name, segment, _) in EXPORTS.items():
+        if (found := stored_export(job, kind)) is not None:
             url = f"/v1/jobs/{job.id}/artifacts/{segment}"
-            item = {"kind": kind, "name": found.name, "size_bytes": found.stat().st_size}
-            items.append(ArtifactPublic.model_validate(item | {"url": url}))
-    if (checkpoint := _checkpoint(files)) is not None:
+            item = {"kind": kind, "name": name, "size_bytes": found.size, "url": url}
+            items.append(ArtifactPublic.model_validate(item))
+    if (checkpoint := _checkpoint(job, files)) is not None:
         items.append(checkpoint)
     for kind, path in (("spec", files.spec), ("log", files.log)):
-        found = _inside(files.root, path)
-        if found is not None and found.is_file():
-            items.append(ArtifactPublic(kind=kind, name=path.name, size_bytes=found.stat().st_size))
+        local = _inside(files.root, path)
+        if local is not None and local.is_file():
+            items.append(ArtifactPublic(kind=kind, name=path.name, size_bytes=local.stat().st_size))
     shape, outputs = _model_io(session, job)
     return ArtifactsPublic(job_id=job.id, items=items, input_shape=shape, outputs=outputs)
 
@@ -147,7 +162,7 @@ def stored_model(job: Job) -> ObjectInfo | None:
     store = get_store()
     for name in MODEL_FILES.values():
         try:
-            return store.head(f"{job.id}/model/{name}")
+            return store.head(job_key(job.id, "model", name))
         except ObjectNotFound:
             continue
     return None
@@ -158,32 +173,46 @@ def _download_name(job: Job, suffix: str) -> str:
     return f"{safe_name}-{job.id[:8]}{suffix}"
 
 
-def _serve_export(job: Job, kind: str) -> FileResponse:
-    path = export_path(job, kind)
-    if path is None:
-        name = EXPORTS[kind][0]
+def _serve_export(job: Job, kind: str, request: Request) -> StreamingResponse:
+    found = stored_export(job, kind)
+    name, _, media_type = EXPORTS[kind]
+    if found is None:
         raise HTTPException(404, f"job {job.id} has no {name} (status {job.status})")
-    suffix = "-model-card.json" if kind == "model_card" else path.suffix
-    return FileResponse(path, media_type=EXPORTS[kind][2], filename=_download_name(job, suffix))
+    suffix = "-model-card.json" if kind == "model_card" else PurePosixPath(name).suffix
+    try:
+        return stream_object(
+            get_store(),
+            found.key,
+            found.size,
+            request.headers.get("range"),
+            media_type,
+            _download_name(job, suffix),
+            request.headers.get("if-range"),
+        )
+    except ObjectNotFound:  # deleted (the job too, or retention) since it was found
+        raise HTTPException(404, f"job {job.id} has no {name} any more") from None
 
 
 @router.get(
     "/{job_id}/artifacts/onnx",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     operation_id="download_onnx",
     responses={
         200: {"content": BINARY, "description": "model.onnx"},
+        206: {"content": BINARY, "description": "the byte range the Range header asked for"},
         404: documented("no such job, or no exported model"),
+        416: documented("the Range header starts past the end of the file"),
+        503: documented("the database or the store is unavailable; retry after `Retry-After`"),
     },
 )
-def download_onnx(job: JobDep) -> FileResponse:
+def download_onnx(job: JobDep, request: Request) -> StreamingResponse:
     """The portable model (`model.onnx`): raw inputs in, the job's normalization inside."""
-    return _serve_export(job, "onnx")
+    return _serve_export(job, "onnx", request)
 
 
 @router.get(
     "/{job_id}/artifacts/model-card",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     operation_id="download_model_card",
     responses={
         200: {
@@ -191,8 +220,9 @@ def download_onnx(job: JobDep) -> FileResponse:
             "description": "model-card.json",
         },
         404: documented("no such job, or no exported model"),
+        503: documented("the database or the store is unavailable; retry after `Retry-After`"),
     },
 )
-def download_model_card(job: JobDep) -> FileResponse:
+def download_model_card(job: JobDep, request: Request) -> StreamingResponse:
     """`model-card.json`: input shape and dtype, normalization, classes, spec, data checksum."""
-    return _serve_export(job, "model_card")
+    return _serve_export(job, "model_card", request)

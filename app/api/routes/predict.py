@@ -22,7 +22,7 @@ from app.schemas.api import Problem
 from app.schemas.predictions import PredictionsPublic, PredictRequest
 from app.services.prediction_cost import OverBudget, check_budget, fits_inline, flops_per_row
 from app.services.prediction_inputs import InputError, RowSpec, parse_rows
-from app.services.predictions import LoadedModel, NoModel, SessionCache
+from app.services.predictions import LoadedModel, NoModel, SessionCache, fetch_model_files
 
 router = APIRouter(prefix="/jobs", tags=["predictions"])
 # A loaded model answers on the event loop up to this body size and this cost (~a ms); the
@@ -117,6 +117,7 @@ def _load_and_answer(
     cache: SessionCache, job_id: str, body: bytes, content_type: str, costing: Costing
 ) -> JSONResponse:
     try:
+        fetch_model_files(job_id, _job_dir(job_id))  # from the store, once, when it is elsewhere
         model = cache.get(job_id, _job_dir(job_id))
     except NoModel as exc:
         raise HTTPException(409, f"job {job_id} cannot predict: {exc}") from None

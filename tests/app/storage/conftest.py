@@ -1,34 +1,16 @@
-"""The stores under test: each test that takes `store` runs on a directory and on SeaweedFS."""
+"""The stores under test: each test that takes `store` runs on a directory and on SeaweedFS
+(the `seaweed` and `s3_env` fixtures are the whole suite's, in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.storage.base import Store
 from app.storage.registry import open_store
-from tests.storage_server import BUCKET, CREDENTIALS, SeaweedServer, start_seaweed
-
-
-@pytest.fixture(scope="session")
-def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    """One SeaweedFS for the session, stopped and its folder removed at the end."""
-    server = start_seaweed(tmp_path_factory.mktemp("seaweed") / "data")
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def s3_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The standard AWS variables, as a deployment sets them (no file of the user's read)."""
-    for name, value in CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+from tests.storage_server import BUCKET, SeaweedServer
 
 
 @pytest.fixture(params=["directory", "s3"])

@@ -15,6 +15,7 @@ from worker.child.attempt import run_attempt
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import Callback, EpochLog, Logs, TrainState
+from worker.training.checkpoint_upload import StoreCheckpoints
 from worker.training.data import load_splits
 
 EMPTY_DATA_DIR = Path("/nonexistent-epochal-data")  # built-ins come from /usr/share/datasets
@@ -59,16 +60,22 @@ def backend_for(spec: JobSpec, placement: Placement | None = None) -> Iterator[B
 
 
 def run_spec(
-    spec: JobSpec, workdir: Path, *extra: Callback, data_dir: Path = EMPTY_DATA_DIR
+    spec: JobSpec,
+    workdir: Path,
+    *extra: Callback,
+    data_dir: Path = EMPTY_DATA_DIR,
+    store: StoreCheckpoints | None = None,
 ) -> Run:
     """One attempt (resuming from workdir's checkpoint if there is one), as a job's child runs;
-    uploads are read from data_dir."""
+    uploads are read from data_dir; with `store`, checkpoints and the model go there too."""
     splits = load_splits(spec, data_dir)
     backend = create_backend(spec, splits, Placement())
     try:
         log = EpochLog()
         state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
-        outcome = run_attempt(spec, workdir, backend, splits, state, [log, *extra])
+        outcome = run_attempt(
+            spec, workdir, backend, splits, state, [log, *extra], job_id=None, store=store
+        )
         return Run(outcome, log.rows, backend.get_weights(), state)
     finally:
         backend.close()
