@@ -33,7 +33,7 @@ from tests.packaging.venvs import Venv, Wheels, timed
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # the first test builds and installs
 CLIENT_VERBS = {"submit", "follow", "jobs", "show", "metrics", "logs", "cancel", "delete",
                 "download", "predict", "tensorboard", "datasets", "workers", "sweep",
-                "queue"}  # fmt: skip
+                "queue", "continue"}  # fmt: skip
 SERVER_VERBS = {"up", "api", "worker", "migrate", "keys"}
 SERVER_ONLY_MODULES = ("fastapi", "sqlalchemy", "celery", "alembic", "app", "worker", "migrations")
 TINY_DIGITS = "framework: pytorch\ndataset: {name: digits}\ntraining: {epochs: 2}\n"
