@@ -1,5 +1,6 @@
-"""The stores under test (a directory and SeaweedFS), as the storage tests have them."""
+"""The stores under test (a directory and SeaweedFS), as the storage tests have them; the
+`seaweed` and `s3_env` fixtures it takes are the whole suite's (tests/conftest.py)."""
 
-from tests.app.storage.conftest import s3_env, seaweed, store
+from tests.app.storage.conftest import store
 
-__all__ = ["s3_env", "seaweed", "store"]
+__all__ = ["store"]

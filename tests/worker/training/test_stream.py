@@ -19,11 +19,11 @@ from app.shards.layout import ShardError
 from app.shards.order import EpochOrder, OrderPlan
 from app.storage.base import CHUNK_BYTES, Store
 from app.storage.directory import DirectoryStore
-from tests.app.storage.conftest import s3_env, seaweed, store
+from tests.app.storage.conftest import store
 from tests.shard_data import CountingStore, Written, write_dataset
 from worker.training.data.stream import Batch, Position, ShardStream, required_ram_bytes
 
-__all__ = ["s3_env", "seaweed", "store"]
+__all__ = ["store"]
 
 UNEVEN = [7, 3, 10, 1, 5, 9, 2, 8, 6, 4, 11]
 
