@@ -2,8 +2,8 @@
 
 Kombu creates a message's file under its final name and only then writes it, so a consumer
 polling the folder (every 50 ms in the embedded default) can take the file while it is still
-empty, fail on its JSON and stop the worker ("Unrecoverable error: JSONDecodeError", kombu
-issue 1551; `epochal up` then stops everything). Here a message is written under a name the
+empty, fail on its JSON and stop the worker ("Unrecoverable error: JSONDecodeError", as
+reported to kombu upstream; `epochal up` then stops everything). Here a message is written under a name the
 consumer skips (a leading dot) and renamed into place: a rename within one folder is atomic, so
 a consumer sees a whole message or none.
 

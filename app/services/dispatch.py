@@ -40,7 +40,7 @@ def dispatch(session: Session, job: Job) -> Sent:
 
 
 def claim(session: Session, job: Job) -> bool:
-    """Take the right to send the job's message this round, committed (the row and its
+    """Take the right to send the job's message in the current round, committed (the row and its
     dispatched_at are durable before the message exists); False if another process has it."""
     if not crud.claim_dispatch(session, job):
         session.rollback()

@@ -273,8 +273,8 @@ class TFBackend:
         return [*self.optimizer.variables, *seeds]
 
     def save_checkpoint(self, directory: Path) -> None:
-        """Weights and state as arrays in one file: Keras' .weights.h5 writer costs ~9x
-        as much for a small model, paid every epoch (BENCHMARKS.md, issue 28)."""
+        """Weights and state as arrays in one file: Keras' .weights.h5 writer costs several
+        times as much for a small model, paid every epoch (docs/benchmarks.md)."""
         weights = {f"w{i}": np.asarray(w.numpy()) for i, w in enumerate(self.model.weights)}
         state = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(self._extra_state())}
         np.savez(directory / CHECKPOINT_FILE, **weights, **state)  # type: ignore[arg-type]
