@@ -3,9 +3,9 @@
 Kombu creates a message's file under its final name and only then writes it, so a consumer
 polling the folder (every 50 ms in the embedded default) can take the file while it is still
 empty, fail on its JSON and stop the worker ("Unrecoverable error: JSONDecodeError", as
-reported to kombu upstream; `epochal up` then stops everything). Here a message is written under a name the
-consumer skips (a leading dot) and renamed into place: a rename within one folder is atomic, so
-a consumer sees a whole message or none.
+reported to kombu upstream; `epochal up` then stops everything). Here a message is written
+under a name the consumer skips (a leading dot) and renamed into place: a rename within one
+folder is atomic, so a consumer sees a whole message or none.
 
 A worker whose slot is free polls every IDLE_POLL_SECONDS, not every 50 ms: a job submitted to
 an idle worker waited 25 ms on average for the next look, a part of its wall time. While the

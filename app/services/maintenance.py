@@ -119,7 +119,8 @@ def expire_and_redispatch(session: Session, settings: Settings) -> None:
             session.commit()
         elif not broker_down and _needs_sending(session, job, settings):
             sent = dispatch(session, job)
-            # One failed publish says the broker is down: spare the others the wait in the current round.
+            # One failed publish says the broker is down: spare the others the wait in the
+            # current round.
             broker_down = sent is Sent.broker_down
             if sent is Sent.published:
                 with job_context(job.id):  # a line about a job carries its id
