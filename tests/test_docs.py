@@ -208,7 +208,7 @@ def test_no_file_points_outside_the_repository() -> None:
 
 
 # The documents say what is, not when or by whom it came to be: history stays in git.
-HISTORY = re.compile(r"this session|last round|this round|\bstop \d+|\bissue \d+")
+HISTORY = re.compile(r"this\ssession|last\sround|this\sround|\bstop\s\d+|\bissue\s\d+")
 
 
 @pytest.mark.parametrize("doc", ["RELIABILITY.md", "DEPLOY.md", "BENCHMARKS.md", "README.md"])

@@ -48,6 +48,33 @@ class MemoryLimit(ABC):
         """After the child's exit: end anything it left under the limit, remove the group."""
 
 
+class CgroupLimit(MemoryLimit):
+    """A limit that is a group of its own under `parent`: made before the child starts (groups
+    a dead worker left are swept first), the child moved in, the group emptied and removed at
+    the end. Each cgroup version writes its own knobs in `configure`."""
+
+    def __init__(self, parent: Path, name: str, limit: int) -> None:
+        super().__init__(limit)
+        sweep_stale(parent)
+        self.folder = parent / name
+        self.folder.mkdir()
+        try:
+            self.configure(limit)
+        except BaseException:
+            self.folder.rmdir()
+            raise
+
+    @abstractmethod
+    def configure(self, limit: int) -> None:
+        """Write the version's limit knobs into the new group."""
+
+    def add(self, pid: int) -> None:
+        (self.folder / "cgroup.procs").write_text(str(pid))
+
+    def close(self) -> None:
+        remove_group(self.folder, self.folder / "cgroup.procs")
+
+
 def set_oom_score(pid: int) -> None:
     """The training process first in line for the box's OOM killer (its processes inherit it)."""
     with contextlib.suppress(OSError):  # gone already: nothing to protect the others from

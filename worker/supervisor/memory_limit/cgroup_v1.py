@@ -10,13 +10,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from worker.supervisor.memory_limit.base import (
-    MemoryLimit,
-    field_of,
-    read_int,
-    remove_group,
-    sweep_stale,
-)
+from worker.supervisor.memory_limit.base import CgroupLimit, field_of, read_int
 
 ROOT = Path("/sys/fs/cgroup/memory")
 
@@ -39,31 +33,17 @@ def parent_group(root: Path = ROOT, membership: Path = Path("/proc/self/cgroup")
     return None
 
 
-class CgroupV1(MemoryLimit):
+class CgroupV1(CgroupLimit):
     kind = "cgroup v1"
 
-    def __init__(self, parent: Path, name: str, limit: int) -> None:
-        super().__init__(limit)
-        sweep_stale(parent)
-        self.folder = parent / name
-        self.folder.mkdir()
-        try:
-            (self.folder / "memory.limit_in_bytes").write_text(str(limit))
-            for knob, value in (("memory.memsw.limit_in_bytes", limit), ("memory.swappiness", 0)):
-                with contextlib.suppress(OSError):  # no swap accounting in this kernel
-                    (self.folder / knob).write_text(str(value))
-        except BaseException:
-            self.folder.rmdir()
-            raise
-
-    def add(self, pid: int) -> None:
-        (self.folder / "cgroup.procs").write_text(str(pid))
+    def configure(self, limit: int) -> None:
+        (self.folder / "memory.limit_in_bytes").write_text(str(limit))
+        for knob, value in (("memory.memsw.limit_in_bytes", limit), ("memory.swappiness", 0)):
+            with contextlib.suppress(OSError):  # no swap accounting in this kernel
+                (self.folder / knob).write_text(str(value))
 
     def tripped(self) -> bool:
         return (field_of(self.folder / "memory.oom_control", "oom_kill") or 0) > 0
 
     def peak(self) -> int | None:
         return read_int(self.folder / "memory.max_usage_in_bytes")
-
-    def close(self) -> None:
-        remove_group(self.folder, self.folder / "cgroup.procs")

@@ -14,13 +14,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from worker.supervisor.memory_limit.base import (
-    MemoryLimit,
-    field_of,
-    read_int,
-    remove_group,
-    sweep_stale,
-)
+from worker.supervisor.memory_limit.base import CgroupLimit, field_of, read_int
 
 ROOT = Path("/sys/fs/cgroup")
 
@@ -58,25 +52,14 @@ def _delegates_memory(folder: Path) -> bool:
     return True
 
 
-class CgroupV2(MemoryLimit):
+class CgroupV2(CgroupLimit):
     kind = "cgroup v2"
 
-    def __init__(self, parent: Path, name: str, limit: int) -> None:
-        super().__init__(limit)
-        sweep_stale(parent)
-        self.folder = parent / name
-        self.folder.mkdir()
-        try:
-            (self.folder / "memory.max").write_text(str(limit))
-            (self.folder / "memory.oom.group").write_text("1")
-            with contextlib.suppress(OSError):  # a kernel without swap accounting
-                (self.folder / "memory.swap.max").write_text("0")
-        except BaseException:
-            self.folder.rmdir()
-            raise
-
-    def add(self, pid: int) -> None:
-        (self.folder / "cgroup.procs").write_text(str(pid))
+    def configure(self, limit: int) -> None:
+        (self.folder / "memory.max").write_text(str(limit))
+        (self.folder / "memory.oom.group").write_text("1")
+        with contextlib.suppress(OSError):  # a kernel without swap accounting
+            (self.folder / "memory.swap.max").write_text("0")
 
     def tripped(self) -> bool:
         return (field_of(self.folder / "memory.events", "oom_kill") or 0) > 0
@@ -87,4 +70,4 @@ class CgroupV2(MemoryLimit):
     def close(self) -> None:
         with contextlib.suppress(OSError):  # Linux 5.14 and later; else killed one by one
             (self.folder / "cgroup.kill").write_text("1")
-        remove_group(self.folder, self.folder / "cgroup.procs")
+        super().close()
