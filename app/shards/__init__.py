@@ -9,7 +9,7 @@ framework: the API reads an index, a CPU task writes one, the training process s
 (worker.training.data.stream).
 """
 
-from app.shards.index import IndexMissing, ShardEntry, ShardIndex, read_index
+from app.shards.index import IndexMissing, ShardEntry, ShardIndex, dataset_prefix, read_index
 from app.shards.layout import Schema, ShardError
 from app.shards.order import EpochOrder, OrderPlan
 from app.shards.reader import ShardReader
@@ -25,6 +25,7 @@ __all__ = [
     "ShardIndex",
     "ShardReader",
     "ShardWriter",
+    "dataset_prefix",
     "read_index",
     "write_shards",
 ]

@@ -208,6 +208,15 @@ def content_hash(body: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def dataset_prefix(dataset_id: str, part: str = "train") -> str:
+    """Where a sharded data set's part lives in the service's store: `train` (what jobs train
+    and validate on) and, where the data set has one, `test`. The API writes there, the worker
+    reads there; nothing else names the layout."""
+    if part not in ("train", "test"):
+        raise ShardError(f"data set part {part!r} is not train or test")
+    return check_key(f"datasets/{dataset_id}/{part}")
+
+
 def shard_key(prefix: str, name: str) -> str:
     """The store key of a file of the data set under `prefix`."""
     return check_key(f"{prefix.strip('/')}/{name}")
