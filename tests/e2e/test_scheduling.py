@@ -230,7 +230,8 @@ def test_the_estimated_start_behind_a_running_job_is_within_a_quarter(
 ) -> None:
     """The ETA is judged when the epochs were steady: a box whose load moves mid-run (other
     tests side by side) changes the pace after the estimate, and the next job tries again.
-    Every try's error, less what the change of pace explains, is within the quarter too."""
+    A try whose pace moved is only printed: how much of its error the move explains depends
+    on when in the remaining epochs the load changed, which the rows cannot tell."""
     running, tries = submit_job(client, **STEADY)["id"], []
     for _ in range(TRIES):
         queued = submit_job(client, **STEADY)["id"]
@@ -239,7 +240,6 @@ def test_the_estimated_start_behind_a_running_job_is_within_a_quarter(
         share = one.error / one.actual
         print(f"ETA error {one.error:+.2f} s of {one.actual:.2f} s ({share:+.1%}), the pace "
               f"after it {one.pace:+.1%}, unexplained {one.unexplained:+.2f} s")  # fmt: skip
-        assert abs(one.unexplained) <= 0.25 * one.actual, one
         if abs(one.pace) <= STEADY_WITHIN:
             client.post(f"/v1/jobs/{queued}/cancel")
             assert abs(one.error) <= 0.25 * one.actual, one
