@@ -53,8 +53,8 @@ class RandomCrop(Step):
     """A crop of `size` at a random place, from the image padded with `padding` zeros a side."""
 
     op: Literal["random_crop"] = "random_crop"
-    size: Size
-    padding: int = Field(0, ge=0, le=MAX_SIDE)
+    size: Size = Field(description="the crop: one side, or [height, width]")
+    padding: int = Field(0, ge=0, le=MAX_SIDE, description="zeros added on each side first")
     random: ClassVar[bool] = True
 
     def output(self, shape: Shape) -> Shape:
@@ -69,7 +69,7 @@ class FlipHorizontal(Step):
     """Each image mirrored left to right with probability `p`."""
 
     op: Literal["flip_horizontal"] = "flip_horizontal"
-    p: float = Field(0.5, ge=0.0, le=1.0)
+    p: float = Field(0.5, ge=0.0, le=1.0, description="the probability of a flip")
     random: ClassVar[bool] = True
 
 
@@ -78,7 +78,7 @@ class Resize(Step):
     side rounded down), [height, width] sets both."""
 
     op: Literal["resize"] = "resize"
-    size: Size
+    size: Size = Field(description="the shorter side (aspect kept), or [height, width]")
 
     def output(self, shape: Shape) -> Shape:
         h, w, c = shape
@@ -95,7 +95,7 @@ class CenterCrop(Step):
     """The centre `size` of each image (the extra row or column, if odd, off the bottom/right)."""
 
     op: Literal["center_crop"] = "center_crop"
-    size: Size
+    size: Size = Field(description="the crop: one side, or [height, width]")
 
     def output(self, shape: Shape) -> Shape:
         h, w, c = shape
@@ -108,8 +108,10 @@ class Normalize(Step):
     dataset.normalize unit); the output is float32."""
 
     op: Literal["normalize"] = "normalize"
-    mean: list[float] = Field(min_length=1, max_length=MAX_CHANNELS)
-    std: list[Annotated[float, Field(gt=0.0)]] = Field(min_length=1, max_length=MAX_CHANNELS)
+    mean: list[float] = Field(min_length=1, max_length=MAX_CHANNELS, description="one per channel")
+    std: list[Annotated[float, Field(gt=0.0)]] = Field(
+        min_length=1, max_length=MAX_CHANNELS, description="one per channel, each > 0"
+    )
 
     @model_validator(mode="after")
     def _one_each(self) -> Normalize:
