@@ -35,7 +35,7 @@ def job(augment: list[dict[str, Any]], **dataset: Any) -> dict[str, Any]:
     }
 
 
-BAD = [
+BAD: list[tuple[list[dict[str, Any]], dict[str, Any], str, str]] = [
     ([{"op": "random_crop", "size": 40, "padding": 4}], {}, "dataset",
      "dataset.augment[0] (random_crop): random_crop 40x40 does not fit 28x28 images padded by 4"),
     ([{"op": "resize", "size": 20}, {"op": "center_crop", "size": [24, 20]}], {}, "dataset",
@@ -63,7 +63,10 @@ def test_augment_that_does_not_fit_is_a_422_naming_it(client: TestClient) -> Non
     response = client.post("/v1/jobs", json=small)  # a 5x5 kernel on the 4x4 images it gets
     assert response.status_code == 422 and response.json()["errors"][0]["field"] == "model"
     assert "(4, 4, 1)" in response.json()["errors"][0]["msg"], response.text
-    fits = [{"op": "random_crop", "size": 28, "padding": 4}, {"op": "flip_horizontal"}]
+    fits: list[dict[str, Any]] = [
+        {"op": "random_crop", "size": 28, "padding": 4},
+        {"op": "flip_horizontal"},
+    ]
     created = client.post("/v1/jobs", json=job(fits))
     assert created.status_code == 201, created.text
     assert created.json()["spec"]["dataset"]["augment"] == [

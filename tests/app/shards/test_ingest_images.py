@@ -129,3 +129,26 @@ def test_bad_webdataset_samples_are_named(store: Store, tmp_path: Path) -> None:
     (tmp_path / "t.tar").write_bytes(b"\0" * 10)
     with pytest.raises(IngestError, match="t.tar: "):
         ingest_file(store, "bad/t", tmp_path / "t.tar", "classification")
+
+
+def test_fashion_mnist_as_png_folders_ingests_to_its_own_pixels(tmp_path: Path) -> None:
+    from app.storage.directory import DirectoryStore
+    from benchmarks.training.common import DATA_DIR
+    from benchmarks.training.image_folder import write_fashion_mnist
+    from worker.training.data.idx import find_idx, read_idx
+    from worker.training.data.types import DataError
+
+    try:
+        files = find_idx("fashion_mnist", DATA_DIR)
+    except DataError as exc:
+        pytest.skip(str(exc))
+    assert write_fashion_mnist(tmp_path / "fm", limit=40) == {"train": 40, "test": 40}
+    store = DirectoryStore(tmp_path / "store")
+    index = ingest_file(store, "fm/train", tmp_path / "fm" / "train", "classification")
+    assert index.schema.x_shape == (28, 28, 1) and index.class_names is not None
+    assert index.class_names[:2] == ("0-t-shirt-top", "1-trouser")
+    x = read_idx(files["train/train-images-idx3-ubyte"])[:40]
+    y = read_idx(files["train/train-labels-idx1-ubyte"])[:40]
+    by_class = np.argsort(y, kind="stable")  # the ingest's order: class, then file name
+    got_x, got_y = read_back(store, "fm/train")
+    assert np.array_equal(got_x[..., 0], x[by_class]) and np.array_equal(got_y, y[by_class])
