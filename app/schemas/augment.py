@@ -186,3 +186,19 @@ def eval_steps(steps: Sequence[Step], sample_shape: Sequence[int]) -> list[Step]
             kept.append(step)
         shape = out
     return kept
+
+
+def augment_problem(
+    steps: Sequence[Step], sample_shape: Sequence[int], tokens: bool = False
+) -> str | None:
+    """Why a data set whose samples are `sample_shape` cannot take the steps, or None: for a
+    data set whose shape is known only once it is looked up (an upload, a sharded one)."""
+    if not steps:
+        return None
+    if tokens:
+        return "dataset.augment needs images; this data set holds token ids"
+    try:
+        augmented_shape(steps, sample_shape)
+    except ValueError as exc:
+        return str(exc)
+    return None

@@ -11,7 +11,13 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 
-from app.schemas.augment import AugmentStep, augmented_shape, eval_steps, split_steps
+from app.schemas.augment import (
+    AugmentStep,
+    augment_problem,
+    augmented_shape,
+    eval_steps,
+    split_steps,
+)
 from app.schemas.job_spec import JobSpec
 from tests.conftest import make_key
 
@@ -80,6 +86,19 @@ def test_the_model_is_checked_against_the_augmented_shape() -> None:
     assert augmented_shape(spec.dataset.augment, (28, 28)) == (32, 36)
     assert spec.dataset.augment[0].op == "resize"
     assert augmented_shape([], (5,)) == (5,)  # no steps: any data, as it is
+
+
+def test_a_data_set_looked_up_later_is_checked_by_its_shape() -> None:
+    crop = STEPS.validate_python([{"op": "center_crop", "size": 64}])
+    assert augment_problem(crop, (96, 128, 3)) is None
+    assert augment_problem([], (40,), tokens=True) is None
+    assert augment_problem(crop, (40,), tokens=True) == (
+        "dataset.augment needs images; this data set holds token ids"
+    )
+    assert augment_problem(crop, (32, 32, 3)) == (
+        "dataset.augment[0] (center_crop): center_crop 64x64 does not fit 32x32 images"
+    )
+    assert "not (12,)" in (augment_problem(crop, (12,)) or "")
 
 
 def test_train_only_and_deterministic_steps() -> None:
