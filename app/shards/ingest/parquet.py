@@ -71,7 +71,8 @@ def _values(array: Any, column: Column, name: str, first: int) -> np.ndarray:
 def read(path: Path, options: Options) -> Source:
     files = files_of(path, (".parquet",))
     try:
-        opened = [(f, pq.ParquetFile(f)) for f in files]
+        # pre_buffer off: with it, pyarrow buffers ahead in proportion to the file, not a row group
+        opened = [(f, pq.ParquetFile(f, pre_buffer=False)) for f in files]
     except (OSError, pa.ArrowException) as exc:
         raise IngestError(path.name, f"not a readable Parquet file: {exc}") from exc
     schema = opened[0][1].schema_arrow

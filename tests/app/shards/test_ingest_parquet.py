@@ -3,6 +3,8 @@ groups and files read in batches, and a null or a column of text named."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -87,3 +89,37 @@ def test_the_format_is_sniffed_or_named(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(IngestError, match="empty: a directory of no class folders"):
         ingest_file(store, "e", tmp_path / "empty", "classification")
+
+
+INGEST_AND_MEASURE = """
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+from app.shards import ingest
+from app.storage.directory import DirectoryStore
+
+ingest.CHUNK_ROWS_BYTES = 256 * 1024
+path = Path(sys.argv[1])
+index = ingest.ingest_file(
+    DirectoryStore(path.parent / "store"), "big", path, "classification", shard_bytes=1 << 20
+)
+print(index.rows, pa.default_memory_pool().max_memory())
+"""
+
+
+def test_a_parquet_file_is_read_a_row_group_at_a_time(tmp_path: Path) -> None:
+    rows, width = 8000, 4096  # 32 MiB of pixels in row groups of 400 KiB
+    schema = pa.schema([("x", pa.list_(pa.uint8(), width)), ("y", pa.int64())])
+    rng = np.random.default_rng(1)
+    with pq.ParquetWriter(tmp_path / "big.parquet", schema, compression="none") as writer:
+        for at in range(0, rows, 100):
+            pixels = rng.integers(0, 256, 100 * width, dtype=np.uint8)
+            x = pa.FixedSizeListArray.from_arrays(pa.array(pixels), width)
+            writer.write_table(pa.table({"x": x, "y": np.arange(at, at + 100) % 10}))
+    argv = [sys.executable, "-c", INGEST_AND_MEASURE, str(tmp_path / "big.parquet")]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600)
+    ingested, arrow_peak = map(int, done.stdout.split())
+    assert ingested == rows
+    assert arrow_peak < 8 * 1024 * 1024, arrow_peak  # the file holds 32 MiB
