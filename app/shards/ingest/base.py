@@ -3,10 +3,13 @@ shape and dtype, and the options the ingest passes it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -14,6 +17,9 @@ from app.shards.layout import ShardError
 
 Chunks = Iterator[tuple[np.ndarray, np.ndarray]]
 Color = Literal["rgb", "grayscale"]
+T = TypeVar("T")
+# Decoding threads: Pillow and zlib release the GIL while they decode.
+DECODE_THREADS = min(8, os.cpu_count() or 1)
 
 
 class IngestError(ShardError):
@@ -76,3 +82,29 @@ def files_of(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
             raise IngestError(path.name, f"the directory holds no {' or '.join(suffixes)} file")
         return found
     return [path]
+
+
+def decoded_chunks(
+    head: tuple[np.ndarray, int],
+    items: Iterable[T],
+    decode: Callable[[T, int], tuple[np.ndarray, int]],
+    step: int,
+) -> Chunks:
+    """Chunks of `step` records: `head` (record 0), then decode(item, record) of each item,
+    decoded by a few threads a chunk at a time and kept in order, so an error names the
+    first bad record."""
+    x = np.empty((step, *head[0].shape), dtype=head[0].dtype)
+    y = np.empty(step, dtype=np.int64)
+    x[0], y[0] = head
+    n, record, rest = 1, 1, iter(items)
+    with ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="ingest-decode") as pool:
+        while batch := list(islice(rest, step - n)):
+            numbers = range(record, record + len(batch))
+            for at, (xi, yi) in enumerate(pool.map(decode, batch, numbers), start=n):
+                x[at], y[at] = xi, yi
+            n, record = n + len(batch), record + len(batch)
+            if n == step:
+                yield x.copy(), y.copy()
+                n = 0
+    if n:
+        yield x[:n].copy(), y[:n].copy()

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from app.shards.ingest._images import IMAGE_SUFFIXES, ImageFitter, read_bytes
-from app.shards.ingest.base import Chunks, Format, IngestError, Options, Source
+from app.shards.ingest.base import Format, IngestError, Options, Source, decoded_chunks
 
 
 def classes_of(root: Path) -> list[Path]:
@@ -51,20 +51,12 @@ def read(path: Path, options: Options) -> Source:
     head = fitter(read_bytes(first[0], name(first[0]), 0), name(first[0]), 0)
     step = options.rows_per_chunk(head.shape, head.dtype)
 
-    def chunks() -> Chunks:
-        x = np.empty((step, *head.shape), dtype=np.uint8)
-        y = np.empty(step, dtype=np.int64)
-        x[0], y[0] = head, first[1]
-        n, record = 1, 1
-        for file, label in files:
-            if n == step:
-                yield x.copy(), y.copy()
-                n = 0
-            x[n], y[n] = fitter(read_bytes(file, name(file), record), name(file), record), label
-            n, record = n + 1, record + 1
-        yield x[:n].copy(), y[:n].copy()
+    def decode(item: tuple[Path, int], record: int) -> tuple[np.ndarray, int]:
+        file, label = item
+        return fitter(read_bytes(file, name(file), record), name(file), record), label
 
-    return Source(chunks(), head.shape, head.dtype, [c.name for c in classes])
+    chunks = decoded_chunks((head, first[1]), files, decode, step)
+    return Source(chunks, head.shape, head.dtype, [c.name for c in classes])
 
 
 FORMAT = Format("image_folder", (), read, claims_directory=is_image_folder)

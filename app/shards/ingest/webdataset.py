@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from app.shards.ingest._images import ImageFitter
-from app.shards.ingest.base import Chunks, Format, IngestError, Options, Source, files_of
+from app.shards.ingest.base import (
+    Format,
+    IngestError,
+    Options,
+    Source,
+    decoded_chunks,
+    files_of,
+)
 
 X_EXTENSIONS = ("jpg", "jpeg", "png", "npy")
 MAX_MEMBER_BYTES = 256 * 1024 * 1024
@@ -118,20 +125,7 @@ def read(path: Path, options: Options) -> Source:
     x0, y0 = decode(first, 0)
     step = options.rows_per_chunk(x0.shape, x0.dtype)
 
-    def chunks() -> Chunks:
-        x = np.empty((step, *x0.shape), dtype=x0.dtype)
-        y = np.empty(step, dtype=np.int64)
-        x[0], y[0] = x0, y0
-        n, record = 1, 1
-        for sample in samples:
-            if n == step:
-                yield x.copy(), y.copy()
-                n = 0
-            x[n], y[n] = decode(sample, record)
-            n, record = n + 1, record + 1
-        yield x[:n].copy(), y[:n].copy()
-
-    return Source(chunks(), x0.shape, x0.dtype)
+    return Source(decoded_chunks((x0, y0), samples, decode, step), x0.shape, x0.dtype)
 
 
 def is_tar_directory(path: Path) -> bool:
