@@ -1,15 +1,20 @@
 """Sharded data sets for the tests: written through a real store, with shards of the sizes a
-test asks for, and a store that counts what is read from it."""
+test asks for, and a store that counts what is read from it; image files, image folders and
+WebDataset tar shards for the ingest's tests."""
 
 from __future__ import annotations
 
+import io
+import tarfile
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from app.shards.index import ShardIndex
 from app.shards.layout import Schema
@@ -96,3 +101,37 @@ class CountingStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def image_bytes(pixels: np.ndarray, kind: str = "PNG") -> bytes:
+    """An image file's bytes: uint8 pixels (H, W) grey or (H, W, 3) RGB, as PNG or JPEG."""
+    out = io.BytesIO()
+    Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(out, format=kind)
+    return out.getvalue()
+
+
+def write_image_folder(root: Path, classes: dict[str, list[bytes]], suffix: str = ".png") -> Path:
+    """An image folder: one subfolder per class, its images named 000.png, 001.png, ..."""
+    for name, images in classes.items():
+        (root / name).mkdir(parents=True)
+        for n, data in enumerate(images):
+            (root / name / f"{n:03d}{suffix}").write_bytes(data)
+    return root
+
+
+def write_webdataset(path: Path, samples: Sequence[tuple[str, dict[str, bytes]]]) -> Path:
+    """A tar shard in the WebDataset layout: each (key, {extension: bytes}) as `key.extension`
+    members, one after another."""
+    with tarfile.open(path, "w") as tar:
+        for key, parts in samples:
+            for extension, data in parts.items():
+                info = tarfile.TarInfo(f"{key}.{extension}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array, allow_pickle=False)
+    return out.getvalue()

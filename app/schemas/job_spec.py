@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from app.schemas.augment import AugmentStep, augmented_shape, image_shape
 from app.schemas.graph import (
     BuiltGraph,
     CNNSpec,
@@ -79,6 +80,11 @@ class DatasetSpec(StrictModel):
     samples: int | None = Field(None, ge=10, le=2_000_000, description="synthetic only")
     features: int | None = Field(None, ge=1, le=4096, description="synthetic only")
     classes: int | None = Field(None, ge=2, le=1000, description="synthetic only")
+    augment: list[AugmentStep] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Image augmentation steps, in order, on each training batch (by `op`).",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> DatasetSpec:
@@ -87,6 +93,10 @@ class DatasetSpec(StrictModel):
         synthetic_fields = [f for f in ("samples", "features", "classes") if getattr(self, f)]
         if synthetic_fields and self.name != "synthetic":
             raise ValueError(f"{', '.join(synthetic_fields)} only apply to the synthetic data set")
+        if self.augment and self.name == "synthetic":
+            image_shape((self.features or 32,))  # refused: rows of features are no images
+        if self.augment and self.name in BUILTIN_SHAPES:
+            augmented_shape(self.augment, BUILTIN_SHAPES[self.name][0])
         return self
 
 
@@ -413,6 +423,7 @@ def _check_model_fits(spec: JobSpec) -> None:
     if known is None:
         return
     shape, classes = known
+    shape = augmented_shape(spec.dataset.augment, shape)  # what the model is given
     try:
         check_model_for_data(spec, model_input(spec, shape), classes)
     except ValueError as exc:

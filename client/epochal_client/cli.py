@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from epochal_client import predict_files, render, tensorboard_export
-from epochal_client.client import FORMAT_ALIASES, MODEL_FORMATS
+from epochal_client import predict_files, predict_images, render, tensorboard_export
+from epochal_client.client import FORMAT_ALIASES, MODEL_FORMATS, Client
 from epochal_client.follow import follow_job
 from epochal_client.sweep_cli import sweep
 from epochal_client.terminal import connect, console, errors, load_spec
@@ -181,22 +182,38 @@ def download(
 
 def predict(
     job_id: Annotated[str, typer.Argument()],
-    file: Annotated[Path, typer.Argument(help=".npy, .npz (array x), .csv or .json rows")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(help=".npy, .npz (array x), .csv or .json rows; or JPEG/PNG images"),
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="the answer as JSON")] = False,
     batch: Annotated[int, typer.Option(min=1, help="rows per request")] = 256,
 ) -> None:
-    """Predict raw rows with a succeeded job's model (served by the API with ONNX Runtime)."""
-    try:
-        rows = predict_files.read_rows(file)
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    """Predict raw rows, or image files, with a succeeded job's model (served by the API with
+    ONNX Runtime)."""
+    images = [f for f in files if predict_images.is_image(f)]
+    if (images and len(images) != len(files)) or (not images and len(files) != 1):
+        raise typer.BadParameter("give one file of rows, or image files only")
     with connect() as client:
+        try:
+            rows = (
+                _image_rows(client, job_id, files) if images else predict_files.read_rows(files[0])
+            )
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(str(exc)) from exc
         parts = [client.predict(job_id, part) for part in predict_files.batches(rows, batch)]
     answer = predict_files.merge(parts)
     if as_json:
         print(json.dumps({k: v for k, v in answer.__dict__.items() if v is not None}))
     else:
         console.print(predict_files.predictions_table(answer))
+
+
+def _image_rows(client: Client, job_id: str, files: list[Path]) -> Any:
+    """The images as the rows the job's model takes (its model card says their shape)."""
+    with tempfile.TemporaryDirectory() as folder:
+        card = json.loads(client.download_model(job_id, folder, "model-card").read_text())
+    return predict_images.image_rows(files, card["input"]["shape"][1:])
 
 
 def tensorboard(

@@ -51,3 +51,23 @@ def test_batches_and_merge_keep_the_order() -> None:
         [0.3, 0.7],
     ]
     assert merge([Predictions([1.5]), Predictions([2.5])]) == Predictions([1.5, 2.5])
+
+
+def test_images_become_rows_of_the_models_input_shape(tmp_path: Path) -> None:
+    from epochal_client.predict_images import image_rows
+    from tests.shard_data import image_bytes
+
+    pixels = np.random.default_rng(0).integers(0, 256, (4, 4, 3), dtype=np.uint8)
+    (tmp_path / "a.png").write_bytes(image_bytes(pixels))
+    wide = np.zeros((8, 24), dtype=np.uint8)
+    wide[:, 8:16] = 200  # the middle third: what a centre crop to 8x8 keeps
+    (tmp_path / "b.png").write_bytes(image_bytes(wide))
+    rgb = image_rows([tmp_path / "a.png"], [4, 4, 3])
+    assert rgb.dtype == np.float32 and np.array_equal(rgb[0], pixels)
+    grey = image_rows([tmp_path / "b.png", tmp_path / "b.png"], [8, 8])
+    assert grey.shape == (2, 8, 8) and (grey == 200).all()
+    (tmp_path / "c.jpg").write_bytes(b"no jpeg")
+    with pytest.raises(ValueError, match="c.jpg: not a readable JPEG or PNG image"):
+        image_rows([tmp_path / "c.jpg"], [8, 8])
+    with pytest.raises(ValueError, match=r"rows of shape \(10,\), not images"):
+        image_rows([tmp_path / "a.png"], [10])

@@ -25,8 +25,10 @@ from app.domain import crud, epoch_rows
 from app.domain.job_files import JobFiles
 from app.domain.states import JobStatus
 from epochal_client.client import ApiError, Client
+from epochal_client.predict_images import image_rows
 from tests.helpers import ROOT, Service, clear_caches, migrate_in_subprocess, running_service
 from tests.onnx_models import TinyModel, write_model
+from tests.shard_data import image_bytes
 
 pytestmark = pytest.mark.e2e
 SPEC = {
@@ -137,6 +139,32 @@ def test_cli_predict_reports_problems(service: Service, tmp_path: Path) -> None:
     np.save(tmp_path / "wide.npy", np.zeros((2, 65)))
     out = epochal(service, "predict", job_id, str(tmp_path / "wide.npy"))
     assert out.returncode == 1 and "422" in out.stderr and "[N, 64]" in out.stderr
+
+
+def test_cli_predicts_image_files_in_the_models_input_shape(
+    service: Service, tmp_path: Path
+) -> None:
+    job_id = finished_job(service, "images")
+    root = JobFiles.of(get_settings().resolved_artifacts_dir, job_id).root
+    model = write_model(root, row_shape=(8, 8, 1))
+    rng = np.random.default_rng(6)
+    small = rng.integers(0, 256, (8, 8), dtype=np.uint8)
+    large = np.kron(rng.integers(0, 256, (8, 8), dtype=np.uint8), np.ones((2, 2), np.uint8))
+    (tmp_path / "a.png").write_bytes(image_bytes(small))
+    (tmp_path / "b.jpg").write_bytes(image_bytes(np.stack([large] * 3, axis=-1), "JPEG"))
+    files = [str(tmp_path / "a.png"), str(tmp_path / "b.jpg")]
+    out = epochal(service, "predict", job_id, *files, "--json")
+    assert out.returncode == 0, out.stderr
+    rows = image_rows([tmp_path / "a.png", tmp_path / "b.jpg"], [8, 8, 1])
+    assert np.array_equal(rows[0, ..., 0], small)  # a PNG of the model's size: as it is
+    expected = model.reference(rows).argmax(1).tolist()
+    assert json.loads(out.stdout)["predictions"] == expected
+    np.save(tmp_path / "rows.npy", rows)
+    mixed = epochal(service, "predict", job_id, files[0], str(tmp_path / "rows.npy"))
+    assert mixed.returncode == 2 and "image files only" in mixed.stderr
+    job_id, _ = predictor(service)  # its model takes rows of 64 numbers
+    refused = epochal(service, "predict", job_id, files[0])
+    assert refused.returncode == 2 and "not images" in refused.stderr
 
 
 def hparams_of(run_dir: Path) -> tuple[dict[str, object], list[str]]:

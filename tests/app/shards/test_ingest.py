@@ -103,9 +103,9 @@ def test_bad_records_are_named_and_leave_no_data_set(store: Store, tmp_path: Pat
         with pytest.raises(IngestError, match=message):
             ingest_file(store, f"b/{n}", path, task, shard_bytes=128)  # type: ignore[arg-type]
         assert_no_data_set(store, f"b/{n}")
-    (tmp_path / "d.parquet").write_bytes(b"PAR1")
-    with pytest.raises(IngestError, match="d.parquet: not a .npz, .npy or .csv"):
-        ingest_file(store, "b/p", tmp_path / "d.parquet", "classification")
+    (tmp_path / "d.h5").write_bytes(b"HDF")
+    with pytest.raises(IngestError, match="d.h5: not a .csv, .npy, .npz, .parquet or .tar file"):
+        ingest_file(store, "b/p", tmp_path / "d.h5", "classification")
 
 
 def test_an_npz_is_read_a_chunk_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,123 @@
+"""dataset.augment at POST: sizes that do not fit the data, normalize's channels and data that
+are no images are 422s naming the problem; the steps split into train-only and the
+deterministic ones evaluation and prediction keep."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
+
+from app.schemas.augment import (
+    AugmentStep,
+    augment_problem,
+    augmented_shape,
+    eval_steps,
+    split_steps,
+)
+from app.schemas.job_spec import JobSpec
+from tests.conftest import make_key
+
+STEPS = TypeAdapter(list[AugmentStep])
+
+
+@pytest.fixture
+def client(db_env: dict[str, str]) -> Iterator[TestClient]:
+    from app.main import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {make_key('augmenter')}"
+        yield test_client
+
+
+def job(augment: list[dict[str, Any]], **dataset: Any) -> dict[str, Any]:
+    return {
+        "framework": "pytorch",
+        "dataset": {"name": "fashion_mnist", **dataset, "augment": augment},
+        "model": {"type": "cnn"},
+    }
+
+
+BAD: list[tuple[list[dict[str, Any]], dict[str, Any], str, str]] = [
+    ([{"op": "random_crop", "size": 40, "padding": 4}], {}, "dataset",
+     "dataset.augment[0] (random_crop): random_crop 40x40 does not fit 28x28 images padded by 4"),
+    ([{"op": "resize", "size": 20}, {"op": "center_crop", "size": [24, 20]}], {}, "dataset",
+     "dataset.augment[1] (center_crop): center_crop 24x20 does not fit 20x20 images"),
+    ([{"op": "normalize", "mean": [0.5, 0.5, 0.5], "std": [0.2, 0.2, 0.2]}], {}, "dataset",
+     "normalize has 3 means and stds; the images have 1 channel"),
+    ([{"op": "normalize", "mean": [0.5], "std": [0.5, 0.1]}], {}, "dataset.augment.0.normalize",
+     "normalize has 1 means but 2 stds"),
+    ([{"op": "flip_horizontal"}], {"name": "synthetic"}, "dataset",
+     "dataset.augment needs images: samples of shape (H, W) or (H, W, C)"),
+    ([{"op": "blur"}], {}, "dataset.augment.0", "'blur'"),
+    ([{"op": "flip_horizontal", "p": 2}], {}, "dataset.augment.0.flip_horizontal.p", "1"),
+]  # fmt: skip
+
+
+def test_augment_that_does_not_fit_is_a_422_naming_it(client: TestClient) -> None:
+    for augment, dataset, field, words in BAD:
+        response = client.post("/v1/jobs", json=job(augment, **dataset))
+        assert response.status_code == 422, (augment, response.text[:300])
+        error = response.json()["errors"][0]
+        assert error["field"] == field and words in error["msg"], (augment, error)
+        assert "Traceback" not in response.text
+    valid = {"name": "c", "op": "conv2d", "filters": 4, "kernel_size": 5, "padding": "valid"}
+    small = {**job([{"op": "resize", "size": 4}]), "model": {"type": "graph", "layers": [valid]}}
+    response = client.post("/v1/jobs", json=small)  # a 5x5 kernel on the 4x4 images it gets
+    assert response.status_code == 422 and response.json()["errors"][0]["field"] == "model"
+    assert "(4, 4, 1)" in response.json()["errors"][0]["msg"], response.text
+    fits: list[dict[str, Any]] = [
+        {"op": "random_crop", "size": 28, "padding": 4},
+        {"op": "flip_horizontal"},
+    ]
+    created = client.post("/v1/jobs", json=job(fits))
+    assert created.status_code == 201, created.text
+    assert created.json()["spec"]["dataset"]["augment"] == [
+        {"op": "random_crop", "size": 28, "padding": 4},
+        {"op": "flip_horizontal", "p": 0.5},
+    ]
+
+
+def test_the_model_is_checked_against_the_augmented_shape() -> None:
+    spec = JobSpec.model_validate(job([{"op": "resize", "size": [32, 36]}]))
+    assert augmented_shape(spec.dataset.augment, (28, 28)) == (32, 36)
+    assert spec.dataset.augment[0].op == "resize"
+    assert augmented_shape([], (5,)) == (5,)  # no steps: any data, as it is
+
+
+def test_a_data_set_looked_up_later_is_checked_by_its_shape() -> None:
+    crop = STEPS.validate_python([{"op": "center_crop", "size": 64}])
+    assert augment_problem(crop, (96, 128, 3)) is None
+    assert augment_problem([], (40,), tokens=True) is None
+    assert augment_problem(crop, (40,), tokens=True) == (
+        "dataset.augment needs images; this data set holds token ids"
+    )
+    assert augment_problem(crop, (32, 32, 3)) == (
+        "dataset.augment[0] (center_crop): center_crop 64x64 does not fit 32x32 images"
+    )
+    assert "not (12,)" in (augment_problem(crop, (12,)) or "")
+
+
+def test_train_only_and_deterministic_steps() -> None:
+    steps = STEPS.validate_python(
+        [
+            {"op": "resize", "size": 32},
+            {"op": "random_crop", "size": 28, "padding": 2},
+            {"op": "flip_horizontal"},
+            {"op": "random_crop", "size": 28, "padding": 4},
+            {"op": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.2, 0.2]},
+        ]
+    )
+    train, deterministic = split_steps(steps)
+    assert [s.op for s in train] == ["random_crop", "flip_horizontal", "random_crop"]
+    assert [s.op for s in deterministic] == ["resize", "normalize"]
+    kept = [s.model_dump() for s in eval_steps(steps, (40, 48, 3))]
+    assert kept == [
+        {"op": "resize", "size": 32},
+        {"op": "center_crop", "size": [28, 28]},  # the first crop changed the shape
+        {"op": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.2, 0.2]},
+    ]
+    assert eval_steps([], (28, 28)) == []
