@@ -30,6 +30,7 @@ MAGIC = b"epochal-gang-store/1"
 NONCE_BYTES = 32
 HANDSHAKE_SECONDS = 10.0  # a stranger's connection is dropped after this, handshake or not
 MAX_FRAME = 16 * 1024 * 1024  # rendezvous values are addresses and ids, never tensors
+MAX_FIELDS = 1024  # keys a wait or check names at once
 MAX_PENDING = 32  # connections still in their handshake; more are refused at once
 OK, MISSING = b"ok", b"missing"
 _LENGTH = struct.Struct(">I")
@@ -60,8 +61,10 @@ def send_frames(sock: socket.socket, *fields: bytes) -> None:
 
 def read_frames(sock: socket.socket) -> list[bytes]:
     (count,) = _LENGTH.unpack(_read_exact(sock, _LENGTH.size))
+    if count > MAX_FIELDS:
+        raise ConnectionError(f"a gang store request of {count} fields is over {MAX_FIELDS}")
     fields = []
-    for _ in range(min(count, 64)):
+    for _ in range(count):
         (size,) = _LENGTH.unpack(_read_exact(sock, _LENGTH.size))
         if size > MAX_FRAME:
             raise ConnectionError(f"a gang store frame of {size} bytes is over {MAX_FRAME}")
@@ -221,9 +224,13 @@ class GangStore(dist.Store):
 
     def __init__(self, address: str, port: int, secret: bytes, timeout: timedelta) -> None:
         super().__init__()
+        self.set_timeout(timeout)  # c10d may set another; a get or wait waits that long
         self._lock = threading.Lock()
-        self._wait_seconds = timeout.total_seconds()
-        self._sock = _connect(address, port, secret, self._wait_seconds)
+        self._sock = _connect(address, port, secret, timeout.total_seconds())
+
+    @property
+    def _wait_seconds(self) -> float:
+        return float(self.timeout.total_seconds())  # type: ignore[attr-defined]  # c10d's, unstubbed
 
     def _ask(self, op: bytes, *args: bytes) -> list[bytes]:
         with self._lock:
