@@ -129,3 +129,5 @@ def test_the_store_keeps_tcpstores_semantics(served: tuple[StoreServer, int]) ->
 def test_the_listener_is_on_the_advertised_address_only() -> None:
     with gang_store.listen("127.0.0.1", 0) as listener:
         assert listener.getsockname()[0] == "127.0.0.1"  # not 0.0.0.0
+    with gang_store.listen("192.0.2.1", 0) as listener:  # on no interface here (a NAT's)
+        assert listener.getsockname()[0] == "0.0.0.0"

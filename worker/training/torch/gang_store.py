@@ -14,8 +14,10 @@ op and its fields, an answer a status frame and its fields. Values are bytes, as
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
+import logging
 import os
 import socket
 import struct
@@ -26,6 +28,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+log = logging.getLogger(__name__)
 MAGIC = b"epochal-gang-store/1"
 NONCE_BYTES = 32
 HANDSHAKE_SECONDS = 10.0  # a stranger's connection is dropped after this, handshake or not
@@ -209,11 +212,20 @@ class StoreServer:
 
 
 def listen(address: str, port: int) -> socket.socket:
-    """The store's listener on the advertised `address` only, at the port its worker holds."""
+    """The store's listener on the advertised `address` only, at the port its worker holds;
+    on every interface when no interface here holds that address (a NAT's address named by
+    EPOCHAL_WORKER_ADDRESS), which the handshake still guards."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((address, port))
+    try:
+        sock.bind((address, port))
+    except OSError as exc:
+        if exc.errno != errno.EADDRNOTAVAIL:
+            sock.close()
+            raise
+        log.warning("no interface holds %s: the gang store listens on every one", address)
+        sock.bind(("", port))
     sock.listen(64)
     return sock
 
