@@ -15,6 +15,16 @@ from app.services.queue import celery_config
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "app").rglob("*.py")) + sorted((ROOT / "worker").rglob("*.py"))
 UNSAFE_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "shelve", "marshal", "joblib"}
+# torch.distributed's object collectives pickle what they send and unpickle what they get: a
+# gang's node would run what another sends (its checkpoint hand-over sends bytes instead).
+OBJECT_COLLECTIVES = {
+    "broadcast_object_list",
+    "all_gather_object",
+    "gather_object",
+    "scatter_object_list",
+    "send_object_list",
+    "recv_object_list",
+}
 
 
 def calls(path: Path) -> list[ast.Call]:
@@ -62,6 +72,8 @@ def test_no_unsafe_deserialization(path: Path) -> None:
             assert keyword(call, "safe_mode") is True, f"{path}: {ast.unparse(call)}"
         if name in ("np.load", "numpy.load"):
             assert keyword(call, "allow_pickle") in (None, False), f"{path}: {ast.unparse(call)}"
+        if name.split(".")[-1] in OBJECT_COLLECTIVES:
+            raise AssertionError(f"{path}: {ast.unparse(call)} pickles between processes")
         if name in ("yaml.load", "yaml.unsafe_load"):
             raise AssertionError(f"{path}: {ast.unparse(call)} (use yaml.safe_load)")
         assert keyword(call, "shell") in (None, False), f"{path}: {ast.unparse(call)}"

@@ -47,6 +47,9 @@ SPAWNED_ENV = "EPOCHAL_SPAWNED_AT"  # wall time the supervisor started a cold ch
 DDP_INIT_ENV = "EPOCHAL_DDP_INIT"  # the DDP ranks' rendezvous (a file:// URL in the job dir)
 GANG_ENV = "EPOCHAL_GANG_NODE"  # a multi-node job's node: NODE_RANK,NODES (see GangNode)
 GANG_PEERS_ENV = "EPOCHAL_GANG_PEERS"  # every node's HOST:PORT, comma-separated, in rank order
+# The attempt's secret, which every rank proves before it may use the gang's rendezvous store
+# (worker.training.torch.gang_store); never logged, never in a repr.
+GANG_SECRET_ENV = "EPOCHAL_GANG_SECRET"
 REPORT_FD_ENV = "EPOCHAL_REPORT_FD"  # the child's end of its report pipe (spawn_child)
 REPORTED = b"."  # on the report pipe: the attempt's outcome file is whole
 EXIT_ORPHANED = 75  # the child found its supervisor gone before it could start
@@ -179,19 +182,23 @@ class Threads:
 class GangNode:
     """This worker's node of a multi-node job: its rank among `nodes`, where rank 0's node
     hosts the rendezvous (a tcp:// URL, given to the child as DDP_INIT_ENV), and every node's
-    published HOST:PORT in rank order (TensorFlow's cluster: a server per node)."""
+    published HOST:PORT in rank order (TensorFlow's cluster: a server per node), and the
+    attempt's secret (app.scheduler.gang made it when the gang formed)."""
 
     rank: int
     nodes: int
     init_url: str
     peers: tuple[str, ...] = ()
+    secret: str = field(default="", repr=False)
 
     def env(self) -> dict[str, str]:
         """What the child's environment says of it."""
+        secret = {GANG_SECRET_ENV: self.secret} if self.secret else {}
         return {
             GANG_ENV: f"{self.rank},{self.nodes}",
             DDP_INIT_ENV: self.init_url,
             GANG_PEERS_ENV: ",".join(self.peers),
+            **secret,
         }
 
     @classmethod
@@ -200,7 +207,7 @@ class GangNode:
             return None
         rank, nodes = (int(part) for part in env[GANG_ENV].split(","))
         peers = tuple(p for p in env.get(GANG_PEERS_ENV, "").split(",") if p)
-        return cls(rank, nodes, env[DDP_INIT_ENV], peers)
+        return cls(rank, nodes, env[DDP_INIT_ENV], peers, env.get(GANG_SECRET_ENV, ""))
 
 
 def child_argv(

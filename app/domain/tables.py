@@ -300,6 +300,9 @@ class GangMember(Base):
     worker: Mapped[str] = mapped_column(String(255), primary_key=True)
     rank: Mapped[int] = mapped_column(Integer)  # the node's rank: 0 hosts the rendezvous
     attempt: Mapped[int | None] = mapped_column(Integer)  # set when the gang forms
+    # The attempt's secret, set when the gang forms: every rank proves it to the rendezvous
+    # store (worker.training.torch.gang_store). Workers read it; no route shows it.
+    secret: Mapped[str | None] = mapped_column(String(64))
     address: Mapped[str | None] = mapped_column(String(255))  # offered; rank 0's: rendezvous
     port: Mapped[int | None] = mapped_column(Integer)
     host: Mapped[str | None] = mapped_column(String(255))  # app.scheduler.gang_reach.host_key

@@ -11,6 +11,7 @@ until a gang opens nothing is held, and a gang that cannot form lets go within a
 
 from __future__ import annotations
 
+import secrets
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -169,11 +170,15 @@ def _take_seat(
 
 
 def _form(session: Session, job_id: str, host: str, settings: Settings) -> None:
-    """Every seat is held: the job runs, its lease held by rank 0's worker."""
+    """Every seat is held: the job runs, its lease held by rank 0's worker, and the attempt
+    has a fresh secret that only its seats' workers read (the rendezvous asks every rank)."""
     job = crud.claim_job(session, job_id, host, settings.lease_seconds)
     assert job is not None  # its row is locked by this transaction, and queued
+    secret = secrets.token_hex(32)
     session.execute(
-        update(GangMember).where(GangMember.job_id == job_id).values(attempt=job.attempt)
+        update(GangMember)
+        .where(GangMember.job_id == job_id)
+        .values(attempt=job.attempt, secret=secret)
     )
     stats.count_wait(session, job_id)
 

@@ -42,10 +42,13 @@ def test_sqlite_means_one_host(tmp_path: Path) -> None:
     assert address == "127.0.0.1" and "one host" in why
 
 
-def test_the_rendezvous_port_is_free_on_every_interface(tmp_path: Path) -> None:
-    where = rendezvous(Settings(home=tmp_path))
+def test_the_rendezvous_port_is_held_until_let_go(tmp_path: Path) -> None:
+    where, holder = rendezvous(Settings(home=tmp_path))
+    with socket.socket() as sock, pytest.raises(OSError):  # another program: EADDRINUSE
+        sock.bind(("", where.port))
+    holder.close()
     with socket.socket() as sock:
-        sock.bind(("", where.port))  # nobody holds it: rank 0's store can listen there
+        sock.bind(("", where.port))  # let go: free again
     assert where.address == "127.0.0.1"
 
 
@@ -94,10 +97,12 @@ def test_this_host_is_the_machine_and_the_network_namespace() -> None:
 
 
 def test_the_offer_says_its_host_and_that_loopback_reaches_only_it(tmp_path: Path) -> None:
-    offer = rendezvous(Settings(home=tmp_path))
+    offer, held = rendezvous(Settings(home=tmp_path))
     assert (offer.host, offer.local_only) == (this_host(), LOOPBACK)
-    routed = rendezvous(Settings(home=tmp_path, worker_address="192.0.2.1"))
+    routed, held_too = rendezvous(Settings(home=tmp_path, worker_address="192.0.2.1"))
     assert routed.local_only is None
+    held.close()
+    held_too.close()
 
 
 def seat(rank: int, address: str, host: str, kind: str | None = None) -> GangMember:

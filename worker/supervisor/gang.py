@@ -30,12 +30,14 @@ from app.scheduler.gang import Rendezvous, Seat
 from app.schemas.api import StepProgress
 from app.services.dispatch import wake
 from app.services.queue import send_train
-from worker.protocol import AGREED_STOPS, RETRYABLE, GangNode, Outcome
-from worker.supervisor import gang_address, shutdown
+from worker.protocol import AGREED_STOPS, GANG_SECRET_ENV, RETRYABLE, GangNode, Outcome
+from worker.supervisor import gang_address, gang_port, shutdown
 from worker.supervisor.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
+# TensorFlow's server binds its port with SO_REUSEPORT, beside this worker's holder (gang_port).
+TF_REUSE_PORT_ENV = "TF_GRPC_REUSE_PORT"
 # How rank 0's process fails when another node's is gone (a collective breaks): these become
 # the gang's worker_lost when a member did go; spec errors (non-finite loss, bad data) do not.
 COLLECTIVE_FAILURES = {ErrorCode.internal_error, *RETRYABLE}
@@ -76,16 +78,15 @@ def advertised(settings: Settings) -> tuple[str, str]:
     return address, f"the interface that routes to the database ({url.host})"
 
 
-def rendezvous(settings: Settings) -> Rendezvous:
-    """This worker's address and a port free now, published with a gang seat it takes: rank
-    0's hosts PyTorch's rendezvous, every node's its TensorFlow server (both listen on every
-    interface, so the port is taken free on all of them)."""
+def rendezvous(settings: Settings) -> tuple[Rendezvous, socket.socket]:
+    """This worker's address and a port the kernel chose, published with a gang seat it
+    takes (rank 0's hosts the gang's rendezvous store, every node's its TensorFlow server),
+    and the socket that holds the port until the seat or its attempt is over (gang_port.keep;
+    close it when no seat was taken)."""
     address, _ = advertised(settings)
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port = int(sock.getsockname()[1])
+    holder = gang_port.hold()
     reach = gang_address.local_only(address, gang_address.interface_of(address))
-    return Rendezvous(address, port, gang_address.this_host(), reach)
+    return Rendezvous(address, gang_port.port_of(holder), gang_address.this_host(), reach), holder
 
 
 def wake_others(job_id: str, nodes: int) -> None:
@@ -129,7 +130,7 @@ def _look(settings: Settings, seat: Seat, worker: str) -> tuple[Formed | None, l
             return None, woken, True
         assert job.started_at is not None  # the claim set it
         peers = tuple(f"{s.address}:{s.port}" for s in seats)  # each seat published its own
-        node = GangNode(mine.rank, job.nodes, f"tcp://{peers[0]}", peers)
+        node = GangNode(mine.rank, job.nodes, f"tcp://{peers[0]}", peers, mine.secret or "")
         formed = Formed(
             job.id, job.attempt, job.spec, job.started_at, node, worker, job.memory_bytes
         )
@@ -190,9 +191,27 @@ def member_of(formed: Formed | None) -> int:
     return 0 if formed is None else formed.node.rank
 
 
-def node_env(formed: Formed | None) -> dict[str, str]:
-    """What a gang node's training process is told of its node (nothing for one node)."""
-    return {} if formed is None else formed.node.env()
+# What only node 0's training process uses (its main rank writes the job's rows); another
+# node's process never connects to either, so they stay out of its environment.
+NODE_0_ONLY = ("EPOCHAL_DATABASE_URL", "EPOCHAL_BROKER_URL")
+
+
+def node_env(settings: Settings, formed: Formed | None, env: dict[str, str]) -> dict[str, str]:
+    """A training process's environment `env`, for a gang's node: its node (rank, where the
+    gang meets, the attempt's secret for PyTorch, which alone uses it), the listeners' port
+    sharing and interface, and for a node but 0 no database or broker URL."""
+    if formed is None:
+        return env
+    node = formed.node.env()
+    spec = formed.spec
+    framework = spec.get("framework") if isinstance(spec, dict) else getattr(spec, "framework", "")
+    if framework == "tensorflow":  # its servers cannot ask for it (DEPLOY.md, trust model)
+        node.pop(GANG_SECRET_ENV, None)
+    interface = gang_address.interface_of(advertised(settings)[0])
+    # gloo and NCCL listen on the advertised interface (unless the operator named one)
+    hints = {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface} if interface else {}
+    kept = {k: v for k, v in env.items() if formed.node.rank == 0 or k not in NODE_0_ONLY}
+    return {**hints, **kept, TF_REUSE_PORT_ENV: "1", **node}
 
 
 def settle(settings: Settings, formed: Formed, outcome: Outcome, broken: str | None) -> Outcome:

@@ -38,7 +38,7 @@ from worker.protocol import (
     request_stop,
     spawn_child,
 )
-from worker.supervisor import gang, limits, shutdown, wakeup
+from worker.supervisor import gang, gang_port, limits, shutdown, wakeup
 from worker.supervisor.attempt import Attempt, note, reap, signal_group, wait_end
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record, record_end
@@ -72,6 +72,7 @@ def run_job(job_id: str, worker_name: str) -> None:
             wakeup.resend(woken_for)
         formed = gang.wait_formed(settings, claimed, worker_name)
         if formed is None:
+            gang_port.let_go(claimed.job_id)
             log.info("job %s: the gang did not form; this worker is free again", claimed.job_id)
             return
         claimed = formed.claimed
@@ -84,6 +85,7 @@ def run_job(job_id: str, worker_name: str) -> None:
         with job_context(job_id):
             _run_attempt(settings, job_id, attempt, spec, started_at, formed, memory)
     finally:
+        gang_port.let_go(job_id)  # a gang's seat port: held until its attempt is over
         _set_current_job(worker_name, None)
         if not shutdown.requested():  # a no-op unless the waiting child is gone
             warm_up(settings, [spec.framework])
@@ -167,7 +169,7 @@ def start_child(
                 child_argv(
                     job_id, attempt, threads=threads, python=settings.python_for(spec.framework)
                 ),
-                {**child_env(), SPAWNED_ENV: str(time.time()), **gang.node_env(formed)},
+                gang.node_env(settings, formed, {**child_env(), SPAWNED_ENV: str(time.time())}),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

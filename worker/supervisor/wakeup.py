@@ -19,7 +19,7 @@ from app.scheduler import standings
 from app.scheduler.claim import claim_next
 from app.scheduler.gang import Seat
 from app.services.dispatch import wake
-from worker.supervisor import gang
+from worker.supervisor import gang, gang_port
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +31,24 @@ Claimed = tuple[str, int, Any, datetime, int | None]
 def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
     """The attempt this worker just claimed, or its seat in a multi-node job's gang (it
     opened the gang, seat 0: the other seats get wake-ups now)."""
-    where = gang.rendezvous(settings)
+    where, holder = gang.rendezvous(settings)  # the port stays held if a seat publishes it
     claimed: Claimed | None = None
-    with session_scope() as session:
-        gpus = len(settings.worker_gpu_ids)
-        job = claim_next(session, worker_name, gpus, settings, where, host_memory_bytes())
-        seat = job if isinstance(job, Seat) else None
-        if isinstance(job, Job):
-            assert job.started_at is not None  # a claim sets it
-            claimed = job.id, job.attempt, job.spec, job.started_at, job.memory_bytes
+    seat: Seat | None = None
+    try:
+        with session_scope() as session:
+            gpus = len(settings.worker_gpu_ids)
+            job = claim_next(session, worker_name, gpus, settings, where, host_memory_bytes())
+            seat = job if isinstance(job, Seat) else None
+            if isinstance(job, Job):
+                assert job.started_at is not None  # a claim sets it
+                claimed = job.id, job.attempt, job.spec, job.started_at, job.memory_bytes
+    except BaseException:
+        holder.close()
+        raise
+    if seat is None:
+        holder.close()
+    else:
+        gang_port.keep(seat.job_id, holder)
     if claimed is not None:
         standings.refresh(settings)  # the jobs behind the one it took moved up
         return claimed

@@ -1,12 +1,20 @@
-"""A TensorFlow gang's TF_CONFIG: from the seats' published addresses to each node's task."""
+"""A TensorFlow gang's TF_CONFIG: from the seats' published addresses to each node's task,
+and each node's server on the port its worker holds."""
 
 from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 
 from tests.worker.training.inprocess import make_spec
 from worker.child.launch import placement_for
 from worker.protocol import GangNode
+from worker.supervisor import gang_port
+from worker.supervisor.gang import TF_REUSE_PORT_ENV
 from worker.training.backend import Placement
 from worker.training.tf.cluster import tf_config
 
@@ -42,3 +50,26 @@ def test_one_node_has_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = make_spec("tensorflow", resources={"replicas": 2})
     placement = placement_for(spec, 0, None)
     assert (placement.replicas, placement.peers, placement.is_main) == (2, (), True)
+
+
+SERVE = """
+import sys, tensorflow as tf
+tf.distribute.Server({"worker": [sys.argv[1]]}, job_name="worker", task_index=0, protocol="grpc")
+print("serving", flush=True)
+"""
+
+
+def test_a_nodes_server_binds_the_port_its_worker_holds() -> None:
+    """The seat's port stays held by its worker (no other program can take it), and the
+    node's TensorFlow server binds beside the holder, as its environment tells it to."""
+    holder = gang_port.hold()
+    try:
+        with socket.socket() as stranger, pytest.raises(OSError):
+            stranger.bind(("", gang_port.port_of(holder)))
+        env = {**os.environ, TF_REUSE_PORT_ENV: "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+        argv = [sys.executable, "-c", SERVE, f"127.0.0.1:{gang_port.port_of(holder)}"]
+        served = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.close()
+    assert served.returncode == 0, served.stderr[-2000:]
+    assert "serving" in served.stdout

@@ -2,20 +2,26 @@
 
 One process per replica (started by worker.child.launch, never by the Celery process); gloo on
 CPU, NCCL on GPUs; rendezvous through a file in the job's directory, so jobs never fight over ports,
-or for a multi-node job at the tcp:// address and fresh port rank 0's worker published.
+or for a multi-node job at the tcp:// address and port rank 0's worker published, through the
+gang's own store (worker.training.torch.gang_store): only a holder of the attempt's secret may
+read or write it, so only the gang's seats join the group.
 """
 
 from __future__ import annotations
 
 import os
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from worker.protocol import DDP_INIT_ENV
+from worker.protocol import DDP_INIT_ENV, GANG_SECRET_ENV
 from worker.training.backend import Placement
+from worker.training.torch import gang_store
+
+_SERVED: list[gang_store.StoreServer] = []  # rank 0's store, for as long as the process lives
 
 
 def setup(placement: Placement) -> None:
@@ -25,14 +31,35 @@ def setup(placement: Placement) -> None:
     backend = "nccl" if placement.gpus else "gloo"
     if placement.gpus:
         torch.cuda.set_device(placement.gpus[0])
+    # A stuck collective (a rank gone, a node stalled) fails the job instead of hanging.
+    timeout = timedelta(seconds=placement.timeout_seconds)
+    init = os.environ[DDP_INIT_ENV]
+    if not init.startswith("tcp://"):  # one node: a file in the job's own directory
+        dist.init_process_group(
+            backend,
+            init_method=init,
+            rank=placement.rank,
+            world_size=placement.replicas,
+            timeout=timeout,
+        )
+        return
+    store = gang_rendezvous(init, os.environ.get(GANG_SECRET_ENV, ""), placement.rank, timeout)
     dist.init_process_group(
-        backend,
-        init_method=os.environ[DDP_INIT_ENV],
-        rank=placement.rank,
-        world_size=placement.replicas,
-        # A stuck collective (a rank gone, a node stalled) fails the job instead of hanging.
-        timeout=timedelta(seconds=placement.timeout_seconds),
+        backend, store=store, rank=placement.rank, world_size=placement.replicas, timeout=timeout
     )
+
+
+def gang_rendezvous(init: str, secret: str, rank: int, timeout: timedelta) -> dist.Store:
+    """The gang's store at `init` (tcp://HOST:PORT), served by global rank 0; every rank
+    joins it with the attempt's secret, which a gang's node is never started without."""
+    if not secret:
+        raise RuntimeError(f"a gang's rendezvous needs the attempt's secret ({GANG_SECRET_ENV})")
+    where = urlsplit(init)
+    address, port = str(where.hostname), int(where.port or 0)
+    if rank == 0 and not _SERVED:
+        _SERVED.append(gang_store.StoreServer(gang_store.listen(address, port), secret.encode()))
+        _SERVED[0].start()
+    return gang_store.GangStore(address, port, secret.encode(), timeout)
 
 
 def wrap(model: nn.Module, placement: Placement) -> nn.Module:
@@ -61,12 +88,23 @@ def max_all(value: int, placement: Placement) -> int:
 
 
 def broadcast_bytes(payload: bytes, source: int, placement: Placement) -> bytes:
-    """Rank `source`'s bytes on every rank (pickled by torch.distributed, over the group)."""
+    """Rank `source`'s bytes on every rank, as plain bytes: its length, then a uint8 tensor
+    of that length (nothing is unpickled: a peer's payload is data, never code)."""
     if placement.replicas == 1:
         return payload
-    box: list[bytes] = [payload]
-    dist.broadcast_object_list(box, src=source)
-    return box[0]
+    device = torch.device(f"cuda:{placement.gpus[0]}") if placement.gpus else torch.device("cpu")
+    mine = placement.rank == source
+    size = torch.tensor([len(payload) if mine else 0], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=source)
+    length = int(size.item())
+    if mine or not length:
+        if length:
+            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+            dist.broadcast(data, src=source)
+        return payload
+    data = torch.empty(length, dtype=torch.uint8, device=device)
+    dist.broadcast(data, src=source)
+    return data.cpu().numpy().tobytes()
 
 
 def sum_all(tensor: torch.Tensor, placement: Placement) -> torch.Tensor:
