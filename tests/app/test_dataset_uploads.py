@@ -64,7 +64,8 @@ def announce(client: TestClient, content: bytes, filename: str = "big.npz", **ex
 
 def send(client: TestClient, upload_id: str, content: bytes, start: int, end: int) -> Any:
     header = {"Content-Range": f"bytes {start}-{end - 1}/{len(content)}"}
-    return client.put(f"/v1/datasets/uploads/{upload_id}", content=content[start:end], headers=header)
+    part = content[start:end]
+    return client.put(f"/v1/datasets/uploads/{upload_id}", content=part, headers=header)
 
 
 def test_an_upload_interrupted_halfway_completes_from_its_offset(client: TestClient) -> None:
@@ -151,7 +152,8 @@ def test_a_csv_row_with_a_wrong_column_count_fails_naming_file_and_record(
 
 
 def test_a_job_waits_for_ready_and_its_pinned_version(client: TestClient) -> None:
-    dataset_id = csv_dataset(client, "a,b,label\n" + "".join(f"{i},{i},{i % 2}\n" for i in range(40)))
+    rows = "".join(f"{i},{i},{i % 2}\n" for i in range(40))
+    dataset_id = csv_dataset(client, "a,b,label\n" + rows)
     spec: dict[str, Any] = {"framework": "pytorch", "dataset": {"id": dataset_id}}
     early = client.post("/v1/jobs", json=spec)
     assert early.status_code == 422 and "still being ingested" in early.text
