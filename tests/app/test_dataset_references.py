@@ -1,0 +1,90 @@
+"""Data sets registered by reference: a file under an allowed root is ingested like an upload;
+anything outside the roots, a `..`, a symbolic link leading out, or a store key outside the
+data prefix is a 422 naming the problem, and nothing is registered."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.core.config import get_settings
+from app.services.dataset_ingest import run_ingest
+from tests.conftest import make_key
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> tuple[Path, Path]:
+    """An allowed root holding a small .npz, and a folder beside it that is not allowed."""
+    allowed, outside = tmp_path / "data", tmp_path / "private"
+    allowed.mkdir()
+    outside.mkdir()
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (30, 5), dtype=np.uint8), np.arange(30) % 2
+    np.savez(allowed / "small.npz", x=x, y=y)
+    np.savez(outside / "secret.npz", x=x, y=y)
+    return allowed, outside
+
+
+@pytest.fixture
+def client(
+    sqlite_env: dict[str, str], roots: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[TestClient]:
+    from app.main import create_app
+
+    monkeypatch.setenv("EPOCHAL_DATA_ROOTS", str(roots[0]))
+    get_settings.cache_clear()
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('registrar')}"
+        yield client
+
+
+def register(client: TestClient, source: str) -> tuple[int, dict[str, str]]:
+    response = client.post("/v1/datasets/references", json={"source": source})
+    return response.status_code, response.json()
+
+
+def test_a_file_under_an_allowed_root_is_ingested(
+    client: TestClient, roots: tuple[Path, Path]
+) -> None:
+    code, body = register(client, str(roots[0] / "small.npz"))
+    assert code == 201 and body["status"] == "ingesting"
+    assert run_ingest(body["id"]) == "ready"
+    shown = client.get(f"/v1/datasets/{body['id']}").json()
+    assert (shown["status"], shown["rows"], shown["classes"]) == ("ready", 30, 2)
+    assert (roots[0] / "small.npz").exists()  # a reference is read, never moved or deleted
+
+
+def test_paths_outside_the_roots_are_refused_naming_why(
+    client: TestClient, roots: tuple[Path, Path]
+) -> None:
+    allowed, outside = roots
+    (allowed / "escape.npz").symlink_to(outside / "secret.npz")
+    (allowed / "linked").mkdir()
+    (allowed / "linked" / "inner.npz").symlink_to(outside / "secret.npz")
+    cases = {
+        str(outside / "secret.npz"): "not under an allowed data root",
+        f"{allowed}/../private/secret.npz": "'..'",
+        str(allowed / "escape.npz"): "symbolic link",
+        str(allowed / "linked"): "holds a symbolic link",
+        "small.npz": "not an absolute path",
+        str(allowed / "missing.npz"): "does not exist",
+        "s3://bucket/data/x.npz": "not S3",
+        "http://example.invalid/x.npz": "a server path or s3://",
+    }
+    for source, why in cases.items():
+        code, body = register(client, source)
+        assert code == 422 and why in body["detail"], (source, body)
+    assert client.get("/v1/datasets").json()["items"] == []
+
+
+def test_no_roots_means_no_reference(
+    client: TestClient, roots: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EPOCHAL_DATA_ROOTS", "")
+    get_settings.cache_clear()
+    code, body = register(client, str(roots[0] / "small.npz"))
+    assert code == 422 and "EPOCHAL_DATA_ROOTS" in body["detail"]
