@@ -57,8 +57,10 @@ def datasets_upload(
         typer.Option("--resumable", help="send in parts and ingest into shards, whatever the size"),
     ] = False,
 ) -> None:
-    """Upload a data set; prints its id (use it as dataset.id in a spec). Rerun on the same
-    file, an interrupted upload goes on from what the server holds."""
+    """Upload a data set and print its id; rerun, it resumes from the server's offset.
+
+    Use the id as dataset.id in a spec. A file over one part (8 MiB) goes in parts and is
+    ingested into shards (`datasets show` tells when it is ready)."""
     large = path.stat().st_size > resumable.PART_BYTES
     with connect() as client:
         if (large or resumable_ or format) and kind != "tokens":
@@ -77,7 +79,8 @@ def datasets_add(
     label_column: Annotated[str | None, typer.Option(help="CSV: the label column")] = None,
     task: Annotated[str | None, typer.Option(help="classification or regression")] = None,
 ) -> None:
-    """Register files the server may read as a data set; prints its id. It is ingested:
+    """Register files the server may read as a data set (ingested) and print its id.
+
     `epochal datasets show ID` tells when it is ready."""
     with connect() as client:
         dataset = client.add_dataset(
@@ -95,8 +98,7 @@ def datasets_show(
     dataset_id: Annotated[str, typer.Argument()],
     json_: Annotated[bool, typer.Option("--json", help="the whole resource as JSON")] = False,
 ) -> None:
-    """One data set: status (ingesting with progress, ready, failed), rows, bytes, classes,
-    version and error."""
+    """One data set: status, rows, bytes, classes, version and error."""
     with connect() as client:
         dataset = client.dataset(dataset_id)
     if json_:
