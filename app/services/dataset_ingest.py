@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.core.db import session_scope
+from app.domain import datasets
 from app.domain.data_roots import SOURCE_PATH, check_path
 from app.domain.dataset_uploads import SOURCE_STORE, UPLOADS_PREFIX
 from app.domain.redact import without_server_paths
@@ -149,6 +150,18 @@ def _ready(dataset_id: str, train: ShardIndex, test: ShardIndex | None) -> bool:
         return True
 
 
+def _over_quota(dataset_id: str, size: int) -> str | None:
+    """Why shards of `size` bytes break the owner's quota (beyond what the data set holds
+    already: its upload's reserved size); None when they fit."""
+    with session_scope() as session:
+        row = session.get(Dataset, dataset_id)
+        if row is None or row.owner_id is None or size <= row.size_bytes:
+            return None
+        return datasets.over_quota(
+            session, row.owner_id, size - row.size_bytes, "its shards would add"
+        )
+
+
 def _fail(store: Store, dataset_id: str, why: str) -> None:
     store.delete_prefix(f"datasets/{dataset_id}/")  # no index, no shard of it stays
     with session_scope() as session:
@@ -189,6 +202,11 @@ def run_ingest(dataset_id: str) -> str:
     finally:
         if src.source.startswith(SOURCE_STORE + UPLOADS_PREFIX):
             store.delete(src.source.removeprefix(SOURCE_STORE))  # the shards hold it now
+    if (
+        why := _over_quota(dataset_id, train.size + (0 if test is None else test.size))
+    ) is not None:
+        _fail(store, dataset_id, why)
+        return "failed"
     if not _ready(dataset_id, train, test):
         store.delete_prefix(f"datasets/{dataset_id}/")  # deleted while it was ingested
         return "deleted"

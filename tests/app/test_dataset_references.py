@@ -1,9 +1,11 @@
 """Data sets registered by reference: a file under an allowed root is ingested like an upload;
-anything outside the roots, a `..`, a symbolic link leading out, or a store key outside the
-data prefix is a 422 naming the problem, and nothing is registered."""
+so is a key under the S3 store's data prefix; anything outside the roots, a `..`, a symbolic
+link leading out, or a store key outside the data prefix is a 422 naming the problem, and
+nothing is registered. Shards past the key's quota fail the ingest."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,9 @@ from fastapi.testclient import TestClient
 
 from app.core.config import get_settings
 from app.services.dataset_ingest import run_ingest
+from app.storage import get_store
 from tests.conftest import make_key
+from tests.storage_server import BUCKET, SeaweedServer
 
 
 @pytest.fixture
@@ -88,3 +92,46 @@ def test_no_roots_means_no_reference(
     get_settings.cache_clear()
     code, body = register(client, str(roots[0] / "small.npz"))
     assert code == 422 and "EPOCHAL_DATA_ROOTS" in body["detail"]
+
+
+def test_shards_over_the_quota_fail_the_ingest(
+    client: TestClient, roots: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EPOCHAL_MAX_STORAGE_BYTES_PER_KEY", "100")
+    get_settings.cache_clear()
+    code, body = register(client, str(roots[0] / "small.npz"))
+    assert code == 201 and run_ingest(body["id"]) == "failed"
+    shown = client.get(f"/v1/datasets/{body['id']}").json()
+    assert "quota" in shown["error"] and shown["size_bytes"] == 0
+
+
+def test_a_prefix_in_the_s3_store_under_its_data_prefix(
+    sqlite_env: dict[str, str],
+    seaweed: SeaweedServer,
+    s3_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from app.main import create_app
+
+    url = f"s3://{BUCKET}/t-{secrets.token_hex(4)}"
+    monkeypatch.setenv("EPOCHAL_STORE_URL", url)
+    monkeypatch.setenv("EPOCHAL_STORE_ENDPOINT", seaweed.endpoint)
+    get_settings.cache_clear()
+    rows = "".join(f"{i},{i * 2},{i % 3}\n" for i in range(30))
+    get_store().put("data/tables/points.csv", f"a,b,label\n{rows}".encode())
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('registrar')}"
+        code, body = register(client, f"{url}/data/tables/points.csv")
+        assert code == 201, body
+        assert run_ingest(body["id"]) == "ready"
+        assert client.get(f"/v1/datasets/{body['id']}").json()["rows"] == 30
+        assert get_store().head("data/tables/points.csv").size > 0  # left where it was
+        for source, why in {
+            f"{url}/{body['id']}/train/index.json": "not under",
+            f"{url}/datasets/{body['id']}/train/index.json": "not under",
+            f"{url}/data/../datasets/x": "not a clean key",
+            "s3://other-bucket/data/x.csv": "not in the service's store",
+        }.items():
+            code, refused = register(client, source)
+            assert code == 422 and why in refused["detail"], (source, refused)
