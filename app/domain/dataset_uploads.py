@@ -30,6 +30,7 @@ from app.storage.base import MIN_PART_BYTES, ObjectNotFound, PartInfo, Store
 UPLOADS_PREFIX = "dataset-uploads/"  # what the store's own cleaner leaves to the expiry
 MAX_PARTS = 10_000  # S3's bound
 SOURCE_STORE = "store:"  # a Dataset's source: a key (or prefix) in the service's store
+AUTO_FORMAT = "auto"  # no format named: the ingest tells it from the source
 
 
 class OffsetConflict(UploadError):
@@ -137,25 +138,49 @@ def _sha256_of(store: Store, key: str) -> str:
 
 def complete(session: Session, store: Store, row: DatasetUpload) -> Dataset:
     """Join the parts, verify the checksum, and make the data set (status ingesting) in the
-    upload's place. A mismatch deletes what was sent: the file must be sent again."""
+    upload's place. A mismatch deletes what was sent: the file must be sent again.
+
+    The row's lock is let go while the whole file is read for its checksum (longer than a
+    transaction may sit idle); a second request completing the same upload meanwhile finds
+    the store's upload closed, or the row gone."""
     if row.received_bytes != row.total_bytes:
         raise OffsetConflict(row.received_bytes, row.total_bytes)
+    upload_id, expected = row.id, row.sha256
     parts = [PartInfo(number, etag) for number, etag, _ in row.parts]
-    store.complete_upload(row.store_key, row.store_upload_id, parts)
-    if (got := _sha256_of(store, row.store_key)) != row.sha256:
-        store.delete(row.store_key)
-        session.delete(row)
+    row.updated_at = utcnow()  # not expired while it is read
+    store_key, store_upload_id = row.store_key, row.store_upload_id
+    session.commit()
+    try:
+        store.complete_upload(store_key, store_upload_id, parts)
+    except ObjectNotFound as exc:
+        raise UploadError(409, "this upload is being completed by another request") from exc
+    got = _sha256_of(store, store_key)
+    held = session.get(DatasetUpload, upload_id, with_for_update=True)
+    if held is None:
+        raise UploadError(409, "this upload was completed by another request")
+    if got != expected:
+        store.delete(store_key)
+        session.delete(held)
         session.commit()
         raise UploadError(
             422,
-            f"the bytes received have sha256 {got}, not the {row.sha256} announced; the "
+            f"the bytes received have sha256 {got}, not the {expected} announced; the "
             "upload is discarded, start it again",
         )
-    dataset = Dataset(
+    dataset = _ingesting(held)
+    session.add(dataset)
+    session.delete(held)
+    session.commit()
+    return dataset
+
+
+def _ingesting(row: DatasetUpload) -> Dataset:
+    """The data set a completed upload becomes, waiting for its ingest."""
+    return Dataset(
         id=new_id(),
         name=row.name,
         owner_id=row.owner_id,
-        format=row.format or PurePath(row.filename).suffix.lstrip(".").lower() or "unknown",
+        format=row.format or PurePath(row.filename).suffix.lstrip(".").lower() or AUTO_FORMAT,
         task=row.task,
         shape=[],
         dtype="",
@@ -168,10 +193,6 @@ def complete(session: Session, store: Store, row: DatasetUpload) -> Dataset:
         label_column=row.label_column,
         progress=0.0,
     )
-    session.add(dataset)
-    session.delete(row)
-    session.commit()
-    return dataset
 
 
 def abort(session: Session, store: Store, row: DatasetUpload) -> None:

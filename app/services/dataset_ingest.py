@@ -23,7 +23,7 @@ from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import datasets
 from app.domain.data_roots import SOURCE_PATH, check_path
-from app.domain.dataset_uploads import SOURCE_STORE, UPLOADS_PREFIX
+from app.domain.dataset_uploads import AUTO_FORMAT, SOURCE_STORE, UPLOADS_PREFIX
 from app.domain.redact import without_server_paths
 from app.domain.tables import Dataset
 from app.domain.upload_rules import UploadError
@@ -35,7 +35,6 @@ from app.storage.base import ObjectNotFound, Store, StoreError
 
 log = logging.getLogger(__name__)
 TEST_ARRAYS = ("x_test", "y_test")
-AUTO_FORMAT = "auto"  # no format named: the ingest tells it from the source
 SUFFIX_FORMATS = ("npz", "csv", "npy", AUTO_FORMAT)  # what ingest_file tells by the suffix
 
 

@@ -13,12 +13,12 @@ from fastapi import APIRouter, HTTPException, status
 from app.api.deps import CurrentKey, SessionDep
 from app.core.config import get_settings
 from app.domain.data_roots import SOURCE_PATH, check_path, store_key_of
-from app.domain.dataset_uploads import SOURCE_STORE
+from app.domain.dataset_uploads import AUTO_FORMAT, SOURCE_STORE
 from app.domain.tables import Dataset
 from app.domain.upload_rules import UploadError
 from app.schemas.ids import new_id
 from app.schemas.resources import DatasetPublic, ReferenceCreate
-from app.services.dataset_ingest import AUTO_FORMAT, queue_ingest
+from app.services.dataset_ingest import queue_ingest
 
 router = APIRouter(prefix="/datasets/references", tags=["datasets"])
 
