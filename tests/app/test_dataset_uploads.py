@@ -37,7 +37,7 @@ def client(db_env: dict[str, str]) -> Iterator[TestClient]:
 def npz_bytes(rows: int, width: int, seed: int = 0, test_rows: int = 0) -> bytes:
     """An .npz of uint8 rows (width values each) and 3 classes, past one part when large."""
     rng = np.random.default_rng(seed)
-    arrays: dict[str, np.ndarray] = {
+    arrays: dict[str, Any] = {
         "x": rng.integers(0, 256, (rows, width), dtype=np.uint8),
         "y": np.arange(rows) % 3,
     }
