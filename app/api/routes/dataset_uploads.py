@@ -136,10 +136,10 @@ def _range(content_range: str | None, length: int) -> int:
     },
 )
 def put_part(
-    session: SessionDep,
     key: CurrentKey,
     upload_id: UploadId,
     data: Annotated[bytes, Depends(part_body)],
+    session: SessionDep,  # after the body: a slow sender holds no database slot
     content_range: Annotated[str | None, Header()] = None,
 ) -> UploadPublic:
     """Send the next part: the body, at the offset named by Content-Range."""
