@@ -61,6 +61,13 @@ def datasets_upload(
 
     Use the id as dataset.id in a spec. A file over one part (8 MiB) goes in parts and is
     ingested into shards (`datasets show` tells when it is ready)."""
+    if not path.is_file():
+        errors.print(
+            f"[red]error:[/] {path} is not a file: upload one file (.npz, .npy, .csv), or "
+            "register a folder the server can read with `epochal datasets add`",
+            highlight=False,
+        )
+        raise typer.Exit(1)
     large = path.stat().st_size > resumable.PART_BYTES
     with connect() as client:
         if (large or resumable_ or format) and kind != "tokens":
