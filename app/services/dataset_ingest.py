@@ -198,6 +198,10 @@ def run_ingest(dataset_id: str) -> str:
     except (ShardError, StoreError, OSError, ValueError, zipfile.BadZipFile) as exc:
         _fail(store, dataset_id, str(exc) or type(exc).__name__)
         return "failed"
+    except Exception as exc:  # anything else: the data set must not stay ingesting
+        log.exception("the ingest of data set %s failed", dataset_id)
+        _fail(store, dataset_id, f"the ingest failed unexpectedly ({type(exc).__name__})")
+        return "failed"
     finally:
         if src.source.startswith(SOURCE_STORE + UPLOADS_PREFIX):
             store.delete(src.source.removeprefix(SOURCE_STORE))  # the shards hold it now

@@ -135,3 +135,13 @@ def test_a_prefix_in_the_s3_store_under_its_data_prefix(
         }.items():
             code, refused = register(client, source)
             assert code == 422 and why in refused["detail"], (source, refused)
+
+
+def test_a_format_the_ingest_cannot_read_fails_it(
+    client: TestClient, roots: tuple[Path, Path]
+) -> None:
+    body = {"source": str(roots[0] / "small.npz"), "format": "nosuchformat"}
+    created = client.post("/v1/datasets/references", json=body).json()
+    assert run_ingest(created["id"]) == "failed"
+    shown = client.get(f"/v1/datasets/{created['id']}").json()
+    assert shown["status"] == "failed" and shown["error"]
