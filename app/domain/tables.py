@@ -252,6 +252,8 @@ class Dataset(Base):
     source: Mapped[str | None] = mapped_column(Text)  # what the ingest reads
     label_column: Mapped[str | None] = mapped_column(String(256))  # CSV
     progress: Mapped[float | None] = mapped_column(Float)  # ingesting: the fraction read
+    ingest_sent_at: Mapped[datetime | None]  # the ingest's message last published
+    ingest_lease_at: Mapped[datetime | None]  # renewed while a worker ingests it
 
     @property
     def kind(self) -> str:

@@ -25,8 +25,9 @@ from app.domain import datasets
 from app.domain.data_roots import SOURCE_PATH, check_path
 from app.domain.dataset_uploads import AUTO_FORMAT, SOURCE_STORE, UPLOADS_PREFIX
 from app.domain.redact import without_server_paths
-from app.domain.tables import Dataset
+from app.domain.tables import Dataset, utcnow
 from app.domain.upload_rules import UploadError
+from app.services import ingest_lease
 from app.services.queue import send_ingest
 from app.shards import ShardError, ShardIndex, dataset_prefix
 from app.shards.ingest import Task, ingest_file
@@ -49,9 +50,8 @@ class Source:
     format: str | None
 
 
-def _claim(dataset_id: str) -> Source | None:
-    """The data set's source, while it is ingesting; None if it is gone or done already (a
-    message delivered twice)."""
+def _source(dataset_id: str) -> Source | None:
+    """The data set's source, while it is ingesting; None if it is gone or done already."""
     with session_scope() as session:
         row = session.get(Dataset, dataset_id)
         if row is None or row.status != "ingesting" or row.source is None:
@@ -174,6 +174,8 @@ def _fail(store: Store, dataset_id: str, why: str) -> None:
 def queue_ingest(session: Session, dataset: Dataset) -> Dataset:
     """Send the committed data set to the ingest task; if the broker cannot take it, the data
     set fails at once, saying so, rather than waiting for nothing."""
+    dataset.ingest_sent_at = utcnow()
+    session.commit()
     try:
         send_ingest(dataset.id)
     except Exception as exc:  # any broker error: the row must not stay ingesting
@@ -184,11 +186,19 @@ def queue_ingest(session: Session, dataset: Dataset) -> Dataset:
 
 
 def run_ingest(dataset_id: str) -> str:
-    """Ingest the data set if it is waiting for it; its status afterwards."""
-    src = _claim(dataset_id)
+    """Ingest the data set if it is waiting for it and no live ingest holds it; its status
+    afterwards ("skipped": gone, done, or another ingest at work on it)."""
+    if not ingest_lease.claim(dataset_id):
+        return "skipped"
+    src = _source(dataset_id)
     if src is None:
         return "skipped"
-    store = get_store()
+    with ingest_lease.held(dataset_id):
+        return _run(get_store(), src)
+
+
+def _run(store: Store, src: Source) -> str:
+    dataset_id = src.dataset_id
     try:
         with tempfile.TemporaryDirectory(prefix="epochal-ingest-") as folder:
             train, test = _ingest(store, src, fetch(store, src.source, Path(folder)))
@@ -205,9 +215,7 @@ def run_ingest(dataset_id: str) -> str:
     finally:
         if src.source.startswith(SOURCE_STORE + UPLOADS_PREFIX):
             store.delete(src.source.removeprefix(SOURCE_STORE))  # the shards hold it now
-    if (
-        why := _over_quota(dataset_id, train.size + (0 if test is None else test.size))
-    ) is not None:
+    if (why := _over_quota(dataset_id, train.size + (test.size if test else 0))) is not None:
         _fail(store, dataset_id, why)
         return "failed"
     if not _ready(dataset_id, train, test):

@@ -25,8 +25,9 @@ from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
 from app.scheduler import gang, standings
 from app.scheduler.preempt import preempt_round
-from app.services import sweeps
+from app.services import ingest_lease, sweeps
 from app.services.dispatch import Sent, dispatch, wake
+from app.services.queue import send_ingest
 from app.storage import get_store
 from app.storage.checkpoint_sets import CheckpointSets
 from app.storage.cleaner import Cleaned, abort_stale_uploads, remove_partial_checkpoints
@@ -146,6 +147,9 @@ def run_once(settings: Settings) -> None:
         expire_and_redispatch(session, settings)
     with session_scope() as session:  # a sweep whose trial ended unseen (e.g. reaped) goes on
         sweeps.top_up_unfinished(session)
+    with session_scope() as session:  # an ingest whose worker or message was lost
+        for dataset_id in ingest_lease.lost(session, settings):
+            send_ingest(dataset_id)
     # Whatever the steps above or other processes changed: every process runs a round, and
     # one refresh per half round is enough to keep each standing within a round of the truth.
     standings.refresh(settings, unless_within=settings.maintenance_seconds / 2)

@@ -1,6 +1,6 @@
 """Data sets ingested into shards: a status (ingesting, ready, failed), the error naming the
-file and record, the storage (npz or shards), the version, what the ingest reads and its
-progress; and the resumable uploads in progress.
+file and record, the storage (npz or shards), the version, what the ingest reads, its
+progress and its lease; and the resumable uploads in progress.
 
 Revision ID: 0020_dataset_ingest
 Revises: 0019_queue_standing
@@ -32,6 +32,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("source", sa.Text(), nullable=True))
         batch.add_column(sa.Column("label_column", sa.String(256), nullable=True))
         batch.add_column(sa.Column("progress", sa.Float(), nullable=True))
+        batch.add_column(sa.Column("ingest_sent_at", TS, nullable=True))
+        batch.add_column(sa.Column("ingest_lease_at", TS, nullable=True))
     op.create_table(
         "dataset_upload",
         sa.Column("id", sa.String(36), nullable=False),
@@ -63,7 +65,8 @@ def downgrade() -> None:
     op.drop_index("ix_dataset_upload_owner_id", "dataset_upload")
     op.drop_table("dataset_upload")
     with op.batch_alter_table("dataset") as batch:
-        for column in ("progress", "label_column", "source", "version", "storage", "error"):
+        dropped = ("ingest_lease_at", "ingest_sent_at", "progress", "label_column", "source")
+        for column in (*dropped, "version", "storage", "error"):
             batch.drop_column(column)
         batch.drop_column("status")
         batch.alter_column(

@@ -2,7 +2,8 @@
 the real database and store: an upload interrupted halfway completes from the offset the server
 holds; a wrong offset is a 409 with it; a checksum mismatch a 422; a bad record fails the ingest
 naming the file and the record and leaves no index; a job is refused until its data set is
-ready, or when it pins another version; unfinished uploads expire."""
+ready, or when it pins another version; unfinished uploads expire; an ingest held by another
+is not run twice, and a lost one is sent again."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from app.core.config import get_settings
+from app.core.db import session_scope
+from app.domain.tables import Dataset, Worker, utcnow
+from app.services import ingest_lease
 from app.services.dataset_ingest import run_ingest
 from app.services.maintenance import clean_store
 from app.shards import IndexMissing, dataset_prefix, read_index
@@ -175,3 +180,39 @@ def test_an_upload_no_part_reached_expires(client: TestClient) -> None:
     assert any(upload["id"] in key for key in cleaned.uploads)
     assert client.get(f"/v1/datasets/uploads/{upload['id']}").status_code == 404
     assert get_store().list_uploads("dataset-uploads/") == []
+
+
+def set_dataset(dataset_id: str, **values: object) -> None:
+    with session_scope() as session:
+        session.execute(update(Dataset).where(Dataset.id == dataset_id).values(**values))
+
+
+def test_a_held_ingest_is_not_run_twice_and_a_lost_one_is_sent_again(client: TestClient) -> None:
+    rows = "".join(f"{i},{i},{i % 2}\n" for i in range(30))
+    dataset_id = csv_dataset(client, "a,b,label\n" + rows)
+    set_dataset(dataset_id, ingest_lease_at=utcnow())  # a live ingest elsewhere holds it
+    assert run_ingest(dataset_id) == "skipped"
+    settings = get_settings()
+    with session_scope() as session:  # not lost: the lease is live, and no worker is idle
+        assert ingest_lease.lost(session, settings) == []
+    stale = settings.dispatch_retry_seconds + settings.lease_seconds
+    long_ago = utcnow() - timedelta(seconds=stale)
+    set_dataset(dataset_id, ingest_lease_at=long_ago, ingest_sent_at=long_ago)
+    with session_scope() as session:
+        assert ingest_lease.lost(session, settings) == []  # no live worker to take it
+        session.add(
+            Worker(
+                name="idle",
+                hostname="h",
+                pid=1,
+                gpus=0,
+                devices=[],
+                queues=[],
+                heartbeat_at=utcnow(),
+            )
+        )
+    with session_scope() as session:
+        assert ingest_lease.lost(session, settings) == [dataset_id]
+    with session_scope() as session:  # marked sent: the next round leaves it
+        assert ingest_lease.lost(session, settings) == []
+    assert run_ingest(dataset_id) == "ready"  # the stale lease is taken over
