@@ -14,6 +14,8 @@ from app.api.deps import current_key
 from app.api.polled import PolledFastPath
 from app.api.routes import (
     artifacts,
+    dataset_references,
+    dataset_uploads,
     datasets,
     events,
     health,
@@ -72,6 +74,8 @@ def create_app() -> FastAPI:
     v1.include_router(jobs.router)
     v1.include_router(artifacts.router)
     v1.include_router(predict.router)
+    v1.include_router(dataset_uploads.router)
+    v1.include_router(dataset_references.router)
     v1.include_router(datasets.router)
     v1.include_router(workers.router)
     v1.include_router(job_logs.router)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # A key's storage quota under EPOCHAL_PRODUCTION when EPOCHAL_MAX_STORAGE_BYTES_PER_KEY is unset:
 # a few-KB compressed upload can be stored as 1 GB, so a server open to many keys needs one.
@@ -191,6 +191,31 @@ class Settings(BaseSettings):
         "PRODUCTION_STORAGE_BYTES_PER_KEY with EPOCHAL_PRODUCTION, else no quota; 0: no quota).",
     )
 
+    dataset_upload_expiry_seconds: float = Field(
+        86_400.0,
+        ge=60,
+        description="A resumable upload no part has reached for this long is aborted, its parts "
+        "deleted.",
+    )
+    max_dataset_part_bytes: int = Field(
+        64 * 2**20,
+        ge=5 * 2**20,
+        le=2**30,
+        description="One part of a resumable upload, held in memory while it is stored.",
+    )
+    data_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Directories whose files may be registered as data sets by reference "
+        "(comma-separated); nothing outside them is ever read.",
+    )
+
+    store_data_prefix: str = Field(
+        "data/",
+        pattern=r"^([\w.\-]+/)+$",
+        description="Where in the store data sets may be registered from by reference "
+        "(s3://…); the service's own keys (jobs, data sets) are never readable that way.",
+    )
+
     max_job_memory_bytes: int | None = Field(
         None,
         ge=2**20,
@@ -253,6 +278,13 @@ class Settings(BaseSettings):
         ge=10**6,
         description="FLOPs one predict request may cost: rows x the model's FLOPs per row.",
     )
+
+    @field_validator("data_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _lease_outlives_heartbeats(self) -> Settings:

@@ -15,7 +15,7 @@ from app.domain.keys import Caller
 from app.domain.spec_paths import set_path
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.sweep_space import edge_values
-from app.domain.tables import ApiKey, Dataset, Job
+from app.domain.tables import ApiKey, Dataset, DatasetUpload, Job
 from app.schemas.job_spec import JobSpec, check_model_for_data, model_input
 from app.schemas.sweep import SweepSpec
 
@@ -61,6 +61,8 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
     row = get_visible(session, dataset_id, key, lock=True)
     if row is None:
         return f"there is no uploaded data set {dataset_id} for this key (GET /v1/datasets)"
+    if (why := not_usable(row, spec.dataset.version)) is not None:
+        return why
     if spec.task != row.task:
         return (
             f"task {spec.task} needs a data set uploaded with task {spec.task}; "
@@ -76,6 +78,18 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
         check_model_for_data(spec, x, row.classes or 1)
     except ValueError as exc:
         return str(exc)
+    return None
+
+
+def not_usable(row: Dataset, version: str | None) -> str | None:
+    """Why a job cannot train on the data set now: not ready, or not the version named."""
+    if row.status == "ingesting":
+        return f"data set {row.id} is still being ingested; submit once its status is ready"
+    if row.status != "ready":
+        return f"data set {row.id} failed to ingest and cannot be used: {row.error}"
+    if version is not None and version != row.version:
+        held = row.version or "none (it was stored in its upload request)"
+        return f"dataset.version {version} does not match data set {row.id}'s version {held}"
     return None
 
 
@@ -111,13 +125,18 @@ def lock_owner(session: Session, owner_id: str) -> None:
 
 
 def stored_bytes(session: Session, owner_id: str) -> int:
-    """What this key stores, in all: its uploads, and its jobs' artifacts (what each job's
-    directory held when its last attempt ended, or the estimate reserved at submit)."""
+    """What this key stores, in all: its data sets, the resumable uploads it has open (their
+    whole size, reserved when opened), and its jobs' artifacts (what each job's directory held
+    when its last attempt ended, or the estimate reserved at submit)."""
     uploads = select(func.coalesce(func.sum(Dataset.size_bytes), 0)).where(
         Dataset.owner_id == owner_id
     )
+    open_uploads = select(func.coalesce(func.sum(DatasetUpload.total_bytes), 0)).where(
+        DatasetUpload.owner_id == owner_id
+    )
     artifacts = select(func.coalesce(func.sum(Job.disk_bytes), 0)).where(Job.owner_id == owner_id)
-    return int(session.scalar(uploads) or 0) + int(session.scalar(artifacts) or 0)
+    queries = (uploads, open_uploads, artifacts)
+    return sum(int(session.scalar(query) or 0) for query in queries)
 
 
 def over_quota(session: Session, owner_id: str, adding: int, what: str) -> str | None:

@@ -223,14 +223,16 @@ class JobRun(Base):
 
 
 class Dataset(Base):
-    """An uploaded data set, validated at upload and stored as .npz under the data dir."""
+    """A data set: one upload validated in its request and stored as .npz under the data dir
+    (storage npz), or shards with an index in the store (storage shards), written by the
+    ingest task from a resumable upload or a reference (`source`)."""
 
     __tablename__ = "dataset"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(128))
     owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
-    format: Mapped[str] = mapped_column(String(8))
+    format: Mapped[str] = mapped_column(String(32))
     task: Mapped[str] = mapped_column(String(16))
     shape: Mapped[list[Any]] = mapped_column(JSON)
     dtype: Mapped[str] = mapped_column(String(16))
@@ -242,11 +244,44 @@ class Dataset(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)  # a stored upload may pass 2 GiB
     checksum: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # ingesting, ready or failed; a data set stored in its upload request is ready at once.
+    status: Mapped[str] = mapped_column(String(16), default="ready", server_default="ready")
+    error: Mapped[str | None] = mapped_column(Text)  # failed: the file and the record
+    storage: Mapped[str] = mapped_column(String(8), default="npz", server_default="npz")
+    version: Mapped[str | None] = mapped_column(String(64))  # shards: the index's content hash
+    source: Mapped[str | None] = mapped_column(Text)  # what the ingest reads
+    label_column: Mapped[str | None] = mapped_column(String(256))  # CSV
+    progress: Mapped[float | None] = mapped_column(Float)  # ingesting: the fraction read
+    ingest_sent_at: Mapped[datetime | None]  # the ingest's message last published
+    ingest_lease_at: Mapped[datetime | None]  # renewed while a worker ingests it
 
     @property
     def kind(self) -> str:
         """tokens (x holds token ids) or values (real values: features, images, sequences)."""
         return "values" if self.vocab is None else "tokens"
+
+
+class DatasetUpload(Base):
+    """A resumable upload in progress: a multipart upload in the store, one part a request.
+    Completing it makes a Dataset and deletes this row; an expired one is aborted."""
+
+    __tablename__ = "dataset_upload"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    owner_id: Mapped[str | None] = mapped_column(ForeignKey("api_key.id"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    task: Mapped[str] = mapped_column(String(16))
+    format: Mapped[str | None] = mapped_column(String(32))
+    label_column: Mapped[str | None] = mapped_column(String(256))
+    filename: Mapped[str] = mapped_column(String(128))
+    total_bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    store_key: Mapped[str] = mapped_column(Text)
+    store_upload_id: Mapped[str] = mapped_column(Text)
+    parts: Mapped[list[Any]] = mapped_column(JSON)  # [[number, etag, size], ...] in order
+    received_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
 
 
 class EpochStat(Base):

@@ -72,6 +72,14 @@ class DatasetSpec(StrictModel):
         pattern=r"^[A-Za-z0-9-]+$",
         description="An uploaded data set (POST /v1/datasets).",
     )
+    version: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9]+$",
+        description="With `id`: the data set's version (its content hash) the job must train "
+        "on; a job naming another is refused.",
+    )
     validation_split: float = Field(0.1, ge=0.0, le=0.5, description="Fraction held out, by seed.")
     normalize: Literal["unit", "standard", "none"] = Field(
         "unit", description="unit: /255 (or /16 for digits); standard: train mean/std; none."
@@ -90,6 +98,8 @@ class DatasetSpec(StrictModel):
     def _one_source(self) -> DatasetSpec:
         if (self.name is None) == (self.id is None):
             raise ValueError("give exactly one of dataset.name (built-in) or dataset.id (upload)")
+        if self.version is not None and self.id is None:
+            raise ValueError("dataset.version applies to a data set named by dataset.id")
         synthetic_fields = [f for f in ("samples", "features", "classes") if getattr(self, f)]
         if synthetic_fields and self.name != "synthetic":
             raise ValueError(f"{', '.join(synthetic_fields)} only apply to the synthetic data set")

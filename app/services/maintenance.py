@@ -18,14 +18,16 @@ from sqlalchemy.orm import Session
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.log_setup import job_context
-from app.domain import crud, retention, usage
+from app.domain import crud, dataset_uploads, retention, usage
+from app.domain.dataset_uploads import UPLOADS_PREFIX
 from app.domain.job_files import job_key
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
 from app.scheduler import gang, standings
 from app.scheduler.preempt import preempt_round
-from app.services import sweeps
+from app.services import ingest_lease, sweeps
 from app.services.dispatch import Sent, dispatch, wake
+from app.services.queue import send_ingest
 from app.storage import get_store
 from app.storage.checkpoint_sets import CheckpointSets
 from app.storage.cleaner import Cleaned, abort_stale_uploads, remove_partial_checkpoints
@@ -145,6 +147,9 @@ def run_once(settings: Settings) -> None:
         expire_and_redispatch(session, settings)
     with session_scope() as session:  # a sweep whose trial ended unseen (e.g. reaped) goes on
         sweeps.top_up_unfinished(session)
+    with session_scope() as session:  # an ingest whose worker or message was lost
+        for dataset_id in ingest_lease.lost(session, settings):
+            send_ingest(dataset_id)
     # Whatever the steps above or other processes changed: every process runs a round, and
     # one refresh per half round is enough to keep each standing within a round of the truth.
     standings.refresh(settings, unless_within=settings.maintenance_seconds / 2)
@@ -169,7 +174,8 @@ def apply_retention(settings: Settings) -> int:
 def clean_store(settings: Settings, now: datetime | None = None) -> Cleaned:
     """What dead writers left in the store (app.storage.cleaner), once older than
     EPOCHAL_STORE_CLEAN_GRACE_SECONDS: multipart uploads never completed, anywhere in it, and
-    the checkpoint prefixes without a manifest of jobs that have ended.
+    the checkpoint prefixes without a manifest of jobs that have ended; and the resumable data
+    set uploads no part has reached for EPOCHAL_DATASET_UPLOAD_EXPIRY_SECONDS.
 
     A set being written is never removed: only a job's running attempt writes its sets (and
     prunes its own leftovers, worker.training.checkpoint_upload), so a job still queued or
@@ -180,7 +186,10 @@ def clean_store(settings: Settings, now: datetime | None = None) -> Cleaned:
     now = now or datetime.now(UTC)
     older_than = now - timedelta(seconds=settings.store_clean_grace_seconds)
     store = get_store()
-    cleaned = Cleaned(uploads=abort_stale_uploads(store, "", older_than))
+    cleaned = Cleaned(uploads=abort_stale_uploads(store, "", older_than, skip=UPLOADS_PREFIX))
+    expiry = now - timedelta(seconds=settings.dataset_upload_expiry_seconds)
+    with session_scope() as session:  # resumable data set uploads: by their last part
+        cleaned.uploads += dataset_uploads.expire(session, store, expiry)
     if is_artifacts_dir(settings):
         return cleaned
     with session_scope() as session:

@@ -15,6 +15,8 @@ from app.core.config import Settings, get_settings
 from app.services.broker_files import TRANSPORT
 
 TRAIN_TASK = "epochal.train"
+# Ingest needs no GPU and no framework: it goes to the queue every worker consumes.
+INGEST_TASK = "epochal.ingest"
 
 
 def queue_for_gpus(gpus: int) -> str:
@@ -72,6 +74,11 @@ def producer() -> Celery:
 def send_train(job_id: str, queue: str) -> None:
     """Publish the job id to its queue (after the job is committed)."""
     producer().send_task(TRAIN_TASK, args=[job_id], queue=queue)
+
+
+def send_ingest(dataset_id: str) -> None:
+    """Publish the data set's id for the ingest task (after its row is committed)."""
+    producer().send_task(INGEST_TASK, args=[dataset_id], queue=queue_for_gpus(0))
 
 
 def broker_reachable(timeout: float = 2.0) -> bool:

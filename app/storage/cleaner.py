@@ -42,10 +42,15 @@ def remove_partial_checkpoints(sets: CheckpointSets, older_than: datetime) -> li
     return removed
 
 
-def abort_stale_uploads(store: Store, prefix: str, older_than: datetime) -> list[str]:
-    """Abort the multipart uploads under `prefix` started before `older_than`; their keys."""
+def abort_stale_uploads(
+    store: Store, prefix: str, older_than: datetime, skip: str | None = None
+) -> list[str]:
+    """Abort the multipart uploads under `prefix` started before `older_than`, but those
+    under `skip` (whose owner expires them by its own rule); their keys."""
     aborted = []
     for upload in store.list_uploads(prefix):
+        if skip is not None and upload.key.startswith(skip):
+            continue
         if upload.initiated < older_than:
             try:
                 store.abort_upload(upload.key, upload.upload_id)

@@ -17,6 +17,7 @@ from benchmarks.service import (
     overhead,
     polling,
     predict,
+    resumable_upload,
     scheduler,
     sse,
     warm_import,
@@ -255,7 +256,20 @@ STEPS = (
     "flood",
     "scheduler",
     "gang",
+    "upload",
 )
+
+
+def bench_upload(report: Report, quick: bool) -> None:
+    size = 256 * 2**20 if quick else 2 * 10**9
+    with bench_env("postgres") as env, running(env, worker=True) as service:
+        result = resumable_upload.measure(service.url, service.api_key, size)
+    setup = f"{result['bytes'] / 1e9:.2f} GB .npz, cut at half, rerun; PostgreSQL, one worker"
+    report.add("upload_resent_bytes", result["resent_bytes"], "B", f"after the cut; {setup}")
+    report.add("upload_checksum_ok", result["checksum_ok"], "", "sha256 as announced")
+    report.add("upload_send_mb_per_s", result["send_mb_per_s"], "MiB/s", "both runs, with sha256")
+    report.add("upload_and_complete_s", result["upload_and_complete_s"], "s", setup)
+    report.add("upload_ingest_s", result["ingest_s"], "s", f"to ready, {result['rows']:.0f} rows")
 
 
 def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) -> Report:
@@ -278,6 +292,7 @@ def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) ->
         "flood": lambda: bench_flood(report, quick),
         "scheduler": lambda: bench_scheduler(report, quick),
         "gang": lambda: bench_gang(report, quick),
+        "upload": lambda: bench_upload(report, quick),
     }
     for name in STEPS:
         if only in (None, name):

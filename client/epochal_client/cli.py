@@ -15,16 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from epochal_client import predict_files, predict_images, render, tensorboard_export
 from epochal_client.client import FORMAT_ALIASES, MODEL_FORMATS, Client
+from epochal_client.datasets_cli import datasets
 from epochal_client.follow import follow_job
 from epochal_client.sweep_cli import sweep
 from epochal_client.terminal import connect, console, errors, load_spec
 
 COMMANDS_GROUP = "epochal.commands"  # where a server distribution adds its verbs
-datasets = typer.Typer(help="Data sets: upload and list.", no_args_is_help=True)
 
 
 def submit(
@@ -230,41 +229,6 @@ def tensorboard(
                 errors.print(f"[red]error:[/] {exc}")
                 raise typer.Exit(1) from None
             console.print(f"{run_dir}  {len(rows)} epochs", highlight=False)
-
-
-@datasets.command("upload")
-def datasets_upload(
-    path: Annotated[Path, typer.Argument(help=".npz with arrays x and y, or .csv")],
-    name: Annotated[str | None, typer.Option(help="default: the file name")] = None,
-    label_column: Annotated[str | None, typer.Option(help="CSV: the label column")] = None,
-    task: Annotated[str | None, typer.Option(help="classification or regression")] = None,
-    kind: Annotated[
-        str | None, typer.Option(help="values (default) or tokens: x holds token ids")
-    ] = None,
-) -> None:
-    """Upload a data set; prints its id (use it as dataset.id in a spec)."""
-    with connect() as client:
-        dataset = client.upload_dataset(path, name, label_column, task, kind)
-    console.print(dataset.id, highlight=False)
-
-
-@datasets.command("list")
-def datasets_list() -> None:
-    """List uploaded data sets."""
-    with connect() as client:
-        rows = client.datasets()
-    table = Table("id", "name", "task", "samples", "classes", "shape", "created", box=None)
-    for d in rows:
-        table.add_row(
-            d.id,
-            d.name,
-            d.task or "–",
-            render.fmt(d.samples),
-            render.fmt(d.classes),
-            "x".join(map(str, d.shape)) or "–",
-            render.fmt(d.created_at),
-        )
-    console.print(table)
 
 
 def workers() -> None:

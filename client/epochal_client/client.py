@@ -317,6 +317,16 @@ class Client(SweepMethods):
     def datasets(self) -> builtins.list[Dataset]:
         return [build(Dataset, item) for item in _items(self._json("GET", "/v1/datasets"))]
 
+    def dataset(self, dataset_id: str) -> Dataset:
+        """One data set: status (ingesting, ready, failed), rows, bytes, version, error."""
+        return build(Dataset, self._json("GET", f"/v1/datasets/{dataset_id}"))
+
+    def add_dataset(self, source: str, **fields: str | None) -> Dataset:
+        """Register files the server may read (a path under EPOCHAL_DATA_ROOTS, or s3://… in
+        its store) as a data set; it is ingested. fields: name, task, format, label_column."""
+        body = {"source": source, **{k: v for k, v in fields.items() if v is not None}}
+        return build(Dataset, self._json("POST", "/v1/datasets/references", json=body))
+
     def download_model(self, job_id: str, path: str | Path = ".", format: str = "native") -> Path:
         """Save the trained model into a folder under the server's file name, or to `path`:
         `native` (model.pt or model.keras), `onnx` (model.onnx) or `model-card` (model-card.json;

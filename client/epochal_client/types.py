@@ -163,6 +163,12 @@ class Dataset:
     kind: str | None = None  # values, or tokens (x holds token ids below vocab)
     vocab: int | None = None
     created_at: datetime | None = None
+    status: str | None = None  # ingesting, ready or failed
+    rows: int | None = None
+    bytes: int | None = None
+    version: str | None = None
+    error: str | None = None
+    progress: float | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
 
