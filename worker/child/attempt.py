@@ -84,7 +84,7 @@ def final_result(
     backend: Backend, splits: Splits, state: TrainState, logs: Logs, seconds: float
 ) -> dict[str, Any]:
     """Test metrics when the data set has a test split, else validation (or training) ones."""
-    split = "test" if splits.x_test is not None else "val" if splits.x_val is not None else None
+    split = "test" if splits.has_test else "val" if splits.has_val else None
     prefix = split or "train"
     if split:
         scores = {score_field(split, k): v for k, v in backend.evaluate(split).items()}
@@ -245,11 +245,15 @@ def _run_attempt(
     store: StoreCheckpoints | None,
 ) -> Outcome:
     timings = {} if timings is None else timings
-    validate = splits.x_val is not None
+    validate = splits.has_val
     callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), record))
     files = JobFiles(workdir)
     checkpointer = Checkpointer(
-        files.checkpoints, backend, spec.checkpoint_every_epochs, publisher=store
+        files.checkpoints,
+        backend,
+        spec.checkpoint_every_epochs,
+        publisher=store,
+        every_steps=spec.checkpoint_every_steps if splits.stream else None,
     )
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)

@@ -7,7 +7,7 @@ best-epoch tracking and reduce-on-plateau, with Keras 3.15's exact semantics.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -16,6 +16,7 @@ from app.domain.states import StopReason
 from app.schemas.metric_row import monitored
 
 Logs = dict[str, float]
+StepCheckpoint = Callable[["TrainState", Callable[[], dict[str, Any]]], None]
 
 
 @dataclass
@@ -36,6 +37,13 @@ class TrainState:
     # (epoch in progress, its steps done, its steps): one tuple, so a reader in another thread
     # (worker.child.progress) never sees one epoch's steps with another's number.
     step_progress: tuple[int, int, int] | None = field(default=None, repr=False)
+
+    # A streamed epoch's state after its last step done, as JSON (position, sums so far):
+    # set by a restored mid-epoch checkpoint, taken by the back-end's next epoch.
+    mid_epoch: dict[str, Any] | None = field(default=None, repr=False)
+    # Called by a streamed epoch after each optimizer step with that JSON, when due (the
+    # Checkpointer's mid-epoch save); None: no mid-epoch checkpoints.
+    step_checkpoint: StepCheckpoint | None = field(default=None, repr=False)
 
     def steps_done(self, step: int, steps: int) -> None:
         """A back-end's note, as its epoch goes: `step` of its `steps` steps are done."""

@@ -1,7 +1,11 @@
 """Checkpoints a resumed attempt can continue from, written atomically.
 
 A checkpoint is a directory `epoch-NNNN`: the back-end's model and optimizer files, the loop's
-state as JSON (epoch, rate, callback states) and callbacks' arrays (best weights) as .npz. It
+state as JSON (epoch, rate, callback states) and callbacks' arrays (best weights) as .npz. A
+mid-epoch one (a streamed data set, `checkpoint_every_steps`) is `epoch-NNNN-step-SSSSSSSSS`,
+taken in the epoch after NNNN at global step S; its loop state also holds the streamed epoch's
+`mid_epoch` JSON (the reader's position and the epoch's sums so far). The names sort in the
+order they were taken. It
 is written under a temporary name and renamed, and `latest` is replaced atomically, so a kill at
 any moment leaves the previous checkpoint intact (RELIABILITY.md P32). Every file, the new
 directory and its parent are fsynced before `latest` moves, so a power cut cannot leave `latest`
@@ -23,6 +27,7 @@ import shutil
 import tarfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from app.domain.job_files import latest_pointer
@@ -63,8 +68,10 @@ class Checkpointer(Callback):
         every: int,
         keep: int = 2,
         publisher: Publisher | None = None,
+        every_steps: int | None = None,
     ) -> None:
         self.root, self.backend, self.every, self.keep = root, backend, every, keep
+        self.every_steps = every_steps
         self.publisher = publisher
         self.callbacks: list[Callback] = []
         self.saved_epoch = 0
@@ -74,20 +81,40 @@ class Checkpointer(Callback):
         """The callbacks whose state goes into each checkpoint."""
         self.callbacks = callbacks.stateful()
 
+    def on_train_begin(self, state: TrainState) -> None:
+        if self.every_steps:
+            state.step_checkpoint = self.save_step
+
     def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
         if state.epoch % self.every == 0 and not _stopped_badly(state):
             self.save(state)
+
+    def save_step(self, state: TrainState, mid_epoch: Callable[[], dict[str, Any]]) -> None:
+        """After a streamed step: every `every_steps` global steps, a mid-epoch checkpoint.
+        Every rank calls this and `mid_epoch` (it may gather the ranks' sums); main writes."""
+        if not self.every_steps or state.global_step % self.every_steps:
+            return
+        partial = mid_epoch()
+        if not self.backend.is_main:
+            return
+        started = time.perf_counter()
+        name = f"{checkpoint_dir_name(state.epoch)}-step-{state.global_step:09d}"
+        self._write(state, name, partial)
+        self.seconds += time.perf_counter() - started
 
     def save(self, state: TrainState) -> None:
         if not self.backend.is_main or state.epoch == 0 or state.epoch == self.saved_epoch:
             return
         started = time.perf_counter()
-        self._write(state)
+        self._write(state, checkpoint_dir_name(state.epoch))
+        self.saved_epoch = state.epoch
         self.seconds += time.perf_counter() - started
 
-    def _write(self, state: TrainState) -> None:
+    def _write(
+        self, state: TrainState, name: str, mid_epoch: dict[str, Any] | None = None
+    ) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / checkpoint_dir_name(state.epoch)
+        final = self.root / name
         tmp = self.root / f".tmp-{final.name}-{os.getpid()}"
         # A full disk: what this write left goes (the space with it), `latest` still names
         # the last good checkpoint, and the job ends disk_full.
@@ -97,13 +124,13 @@ class Checkpointer(Callback):
             self.backend.save_checkpoint(tmp)
             for cb in self.callbacks:
                 cb.save_arrays(tmp)
-            (tmp / LOOP_STATE).write_text(json.dumps(self._loop_state(state)))
+            loop_state = self._loop_state(state) | ({"mid_epoch": mid_epoch} if mid_epoch else {})
+            (tmp / LOOP_STATE).write_text(json.dumps(loop_state))
             _seal(tmp)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             _fsync_dir(self.root)
             _write_atomic(latest_pointer(self.root), final.name)
-        self.saved_epoch = state.epoch
         if self.publisher is not None:  # uploaded aside: training goes on meanwhile
             self.publisher.submit(final, state.epoch, state.global_step)
         self._prune(keep_name=final.name)
@@ -149,6 +176,7 @@ class Checkpointer(Callback):
         state.epoch, state.global_step = saved["epoch"], saved["global_step"]
         state.learning_rate = saved["learning_rate"]
         state.best_epoch, state.best_value = saved["best_epoch"], saved["best_value"]
+        state.mid_epoch = saved.get("mid_epoch")
         for cb in self.callbacks:
             cb.load_state_dict(saved["callbacks"].get(cb.state_key, {}))
             cb.load_arrays(latest)

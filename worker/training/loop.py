@@ -74,6 +74,8 @@ def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool
             "epoch_seconds": time.perf_counter() - started,
             "samples_per_second": trained.samples / train_seconds if train_seconds else math.nan,
         }
+        if trained.data_wait_seconds is not None:
+            logs["data_wait_seconds"] = trained.data_wait_seconds
         callbacks.on_epoch_end(state, logs)
     # The agreed reason is final: a signal arriving after the last agreement changes nothing.
     reason = state.stop_reason if stopped else None

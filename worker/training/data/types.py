@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from worker.training.data.streamed import StreamedData
 
 
 class DataError(Exception):
@@ -28,6 +32,19 @@ class Splits:
     shift: np.ndarray = field(default_factory=lambda: np.asarray(np.float32(0.0)))
     fingerprint: str = ""  # sha256 of the raw arrays used (see data_fingerprint)
     vocab: int | None = None  # token data: max id + 1 over the whole upload
+    # A sharded data set: the back-end streams training batches and scores the held-out
+    # splits from it; x_train is then a small prepared sample, x_val and x_test None.
+    stream: StreamedData | None = None
+
+    @property
+    def has_val(self) -> bool:
+        return self.x_val is not None or (self.stream is not None and "val" in self.stream.parts)
+
+    @property
+    def has_test(self) -> bool:
+        return self.x_test is not None or (
+            self.stream is not None and "test" in self.stream.parts
+        )
 
     @property
     def input_shape(self) -> tuple[int, ...]:
