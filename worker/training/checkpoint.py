@@ -26,8 +26,8 @@ import os
 import shutil
 import tarfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from app.domain.job_files import latest_pointer
@@ -110,9 +110,7 @@ class Checkpointer(Callback):
         self.saved_epoch = state.epoch
         self.seconds += time.perf_counter() - started
 
-    def _write(
-        self, state: TrainState, name: str, mid_epoch: dict[str, Any] | None = None
-    ) -> None:
+    def _write(self, state: TrainState, name: str, mid_epoch: dict[str, Any] | None = None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / name
         tmp = self.root / f".tmp-{final.name}-{os.getpid()}"

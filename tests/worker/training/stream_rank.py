@@ -64,13 +64,11 @@ def main(replicas: int, rank: int, store: Path, workdir: Path, kill: int | None)
         out.write_text(json.dumps(seen))  # before the step: a SIGKILL may follow it
         return prepare(batch, data)
 
-    streamed.prepare_batch = recording  # type: ignore[assignment]
+    streamed.prepare_batch = recording
     spec = make_spec("pytorch", **SPEC, resources={"replicas": replicas})
     placement = Placement(replicas=replicas, rank=rank, threads=1)
     extra = [KillAt(kill)] if kill is not None else []
-    run = run_spec(
-        spec, workdir, *extra, data_store=DirectoryStore(store), placement=placement
-    )
+    run = run_spec(spec, workdir, *extra, data_store=DirectoryStore(store), placement=placement)
     if rank == 0:
         (workdir / f"rows-{attempt}.json").write_text(json.dumps(run.rows))
         np.savez(workdir / "weights.npz", *run.weights)
@@ -78,5 +76,11 @@ def main(replicas: int, rank: int, store: Path, workdir: Path, kill: int | None)
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(int(args[0]), int(args[1]), Path(args[2]), Path(args[3]), int(args[4]) if len(args) > 4 else None)
+    main(
+        int(args[0]),
+        int(args[1]),
+        Path(args[2]),
+        Path(args[3]),
+        int(args[4]) if len(args) > 4 else None,
+    )
     exit_now(0)

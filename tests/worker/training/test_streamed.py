@@ -18,14 +18,19 @@ from tests.worker.training.inprocess import Killed, make_spec, run_spec
 from worker.training.callbacks import Callback, TrainState
 
 ROWS = [60, 45, 70, 30, 55, 40]  # 300 samples in uneven shards
-FRAMEWORKS = [pytest.param("pytorch", marks=pytest.mark.torch), pytest.param("tensorflow", marks=pytest.mark.tf)]
+FRAMEWORKS = [
+    pytest.param("pytorch", marks=pytest.mark.torch),
+    pytest.param("tensorflow", marks=pytest.mark.tf),
+]
 
 
 @pytest.fixture
 def data_store(tmp_path: Path) -> Store:
     store = DirectoryStore(tmp_path / "store")
     write_dataset(store, dataset_prefix("shards-1", "train"), ROWS, x_shape=(6,), classes=3)
-    write_dataset(store, dataset_prefix("shards-1", "test"), [50, 30], x_shape=(6,), classes=3, seed=1)
+    write_dataset(
+        store, dataset_prefix("shards-1", "test"), [50, 30], x_shape=(6,), classes=3, seed=1
+    )
     return store
 
 
@@ -88,7 +93,7 @@ def test_killed_mid_epoch_twice_resumes_like_an_uninterrupted_run(
     assert resumed.outcome.status == "succeeded"
     assert [row["epoch"] for row in resumed.rows] == [2.0, 3.0]
     keys = ["train_loss", "train_accuracy", "val_loss", "val_accuracy"]
-    for a, b in zip(whole.rows[1:], resumed.rows, strict=True):
-        assert [a[k] for k in keys] == [b[k] for k in keys]
-    for a, b in zip(whole.weights, resumed.weights, strict=True):
-        np.testing.assert_array_equal(a, b)
+    for row, again in zip(whole.rows[1:], resumed.rows, strict=True):
+        assert [row[k] for k in keys] == [again[k] for k in keys]
+    for w, v in zip(whole.weights, resumed.weights, strict=True):
+        np.testing.assert_array_equal(w, v)

@@ -43,11 +43,19 @@ def batches(workdir: Path, rank: int, attempt: int = 0) -> list[dict]:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    write_dataset(DirectoryStore(tmp_path / "store"), dataset_prefix("shards-1", "train"), ROWS, x_shape=(6,), classes=3)
+    write_dataset(
+        DirectoryStore(tmp_path / "store"),
+        dataset_prefix("shards-1", "train"),
+        ROWS,
+        x_shape=(6,),
+        classes=3,
+    )
     return tmp_path / "store"
 
 
-def test_two_ranks_see_every_sample_once_and_resume_after_sigkill(store: Path, tmp_path: Path) -> None:
+def test_two_ranks_see_every_sample_once_and_resume_after_sigkill(
+    store: Path, tmp_path: Path
+) -> None:
     assert run(1, store, tmp_path / "one") == [0]
     assert run(2, store, tmp_path / "two") == [0, 0]
     one = batches(tmp_path / "one", 0)

@@ -35,7 +35,9 @@ def load_splits(spec: JobSpec, data_dir: Path, store: Store | None = None) -> Sp
         streamed = open_streamed(spec, store if store is not None else get_store())
         if streamed is not None:
             splits = streamed_splits(streamed)
-            splits.y_train = splits.y_train.astype(np.int64 if spec.task == "classification" else np.float32)
+            splits.y_train = splits.y_train.astype(
+                np.int64 if spec.task == "classification" else np.float32
+            )
             return splits
     splits = split_and_normalize(load_raw(spec, data_dir), spec)
     if spec.task == "classification":

@@ -117,7 +117,9 @@ def required_ram_bytes(
     """The least `ram_bytes` a stream of this data set and plan accepts."""
     per_shard = streamed_rows(index, rows)
     sizes = [s.size for s in index.shards[: len(per_shard)]]
-    return required_bytes(sizes, per_shard, plan) + (prefetch_batches + 2) * batch_bytes(index, plan)
+    return required_bytes(sizes, per_shard, plan) + (prefetch_batches + 2) * batch_bytes(
+        index, plan
+    )
 
 
 def streamed_rows(index: ShardIndex, rows: int | None) -> list[int]:

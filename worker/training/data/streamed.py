@@ -29,7 +29,7 @@ from app.shards.reader import ShardReader
 from app.storage.base import Store
 from worker.training.data.splits import normalizer
 from worker.training.data.stream import Batch, ShardStream, required_ram_bytes
-from worker.training.data.types import DataError, Splits
+from worker.training.data.types import DataError, Splits, StreamSource
 
 STAT_SHARDS, STAT_ROWS = 4, 10_000
 SAMPLE_ROWS = 256  # prepared training rows kept in memory: the input's shape, ONNX parity
@@ -58,7 +58,11 @@ class StreamedData:
     def __init__(self, spec: JobSpec, store: Store, train: ShardIndex, test: ShardIndex | None):
         ds, training = spec.dataset, spec.training
         self.store, self.index = store, train
-        self.seed, self.batch_size, self.shuffle = training.seed, training.batch_size, training.shuffle
+        self.seed, self.batch_size, self.shuffle = (
+            training.seed,
+            training.batch_size,
+            training.shuffle,
+        )
         prefix = dataset_prefix(ds.id or "", "train")
         rows = min(train.rows, ds.limit or train.rows)
         held = int(round(rows * ds.validation_split))
@@ -139,7 +143,10 @@ class StreamedData:
         shards = [s for s in range(len(rows)) if part.index.starts[s] < part.stop]
         chosen = sorted(rng.permutation(shards)[:STAT_SHARDS].tolist())
         ids = np.concatenate(
-            [np.arange(part.index.starts[s], min(part.index.starts[s + 1], part.stop)) for s in chosen]
+            [
+                np.arange(part.index.starts[s], min(part.index.starts[s + 1], part.stop))
+                for s in chosen
+            ]
         )
         if len(ids) > STAT_ROWS:
             ids = np.sort(rng.choice(ids, STAT_ROWS, replace=False))
@@ -159,7 +166,7 @@ def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
     return int(state[0] % 2**63)
 
 
-def prepare_batch(batch: Batch, data: StreamedData) -> np.ndarray:
+def prepare_batch(batch: Batch, data: StreamSource) -> np.ndarray:
     """A streamed training batch's x as the model reads it. The batch's ids and epoch travel
     with it, so a per-sample transform here is seeded by sample and epoch, not by position."""
     return data.normalize(batch.x)

@@ -12,27 +12,45 @@ epoch's loss and metric sums so far (global sums: every node holds the same).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
 
-from worker.training.backend import TrainedEpoch
+from app.schemas.job_spec import JobSpec
+from worker.training.backend import Backend, Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
 from worker.training.data.stream import Batch, Position, ShardStream
-from worker.training.data.streamed import StreamedData, prepare_batch
+from worker.training.data.streamed import prepare_batch
+from worker.training.data.types import StreamSource
 from worker.training.loop import agree_on_interrupt
 
-if TYPE_CHECKING:
-    from worker.training.tf.backend import TFBackend
-
 CHECK_EVERY = 32
+
+
+class TFSteps(Backend, Protocol):
+    """What a streamed epoch uses of worker.training.tf.backend.TFBackend (which imports
+    this module, so it names the class's members rather than the class)."""
+
+    spec: JobSpec
+    placement: Placement
+    strategy: tf.distribute.Strategy
+    replicas: int
+    classify: bool
+
+    def _step(
+        self, xb: tf.Tensor, yb: tf.Tensor, global_batch: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]: ...
+    def _eval(self, xb: tf.Tensor, yb: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]: ...
+    def _samples(self, x: np.ndarray) -> np.ndarray: ...
+    def agree(self, value: int) -> int: ...
 
 
 class StreamedTF:
     """The streamed epoch and evaluation of one TFBackend."""
 
-    def __init__(self, backend: TFBackend, data: StreamedData, xla: bool) -> None:
+    def __init__(self, backend: TFSteps, data: StreamSource, xla: bool) -> None:
         self.backend, self.data = backend, data
         placement = backend.placement
         self.nodes = max(1, len(placement.peers))
@@ -92,8 +110,8 @@ class StreamedTF:
             state.global_step += 1
             state.steps_done(step + 1, steps)
             if state.step_checkpoint is not None and step + 1 < steps:
-                position, done = batch.next_position.to_json(), list(sums)
-                state.step_checkpoint(state, lambda: {"position": position, "sums": done})
+                saved = {"position": batch.next_position.to_json(), "sums": list(sums)}
+                state.step_checkpoint(state, partial(dict, saved))
         wait = b.agree(round((stream.stats.wait_seconds - waited) * 1e6)) / 1e6
         name = "accuracy" if b.classify else "mae"
         return TrainedEpoch(

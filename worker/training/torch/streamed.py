@@ -11,28 +11,52 @@ the uninterrupted one's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from functools import partial
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from worker.training.backend import TrainedEpoch
+from app.schemas.job_spec import JobSpec
+from worker.training.backend import Backend, Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
 from worker.training.data.stream import Batch, Position, ShardStream
-from worker.training.data.streamed import StreamedData, prepare_batch, step_seed
+from worker.training.data.streamed import prepare_batch, step_seed
+from worker.training.data.types import StreamSource
 from worker.training.loop import agree_on_interrupt
 from worker.training.torch import distributed
 
-if TYPE_CHECKING:
-    from worker.training.torch.backend import TorchBackend
-
 CHECK_EVERY = 32
+
+
+class TorchSteps(Backend, Protocol):
+    """What a streamed epoch uses of worker.training.torch.backend.TorchBackend (which
+    imports this module, so it names the class's members rather than the class)."""
+
+    spec: JobSpec
+    placement: Placement
+    device: torch.device
+    classify: bool
+    net: torch.nn.Module
+
+    @property
+    def model(self) -> torch.nn.Module: ...
+
+    def _autocast(self) -> AbstractContextManager[None]: ...
+    def _losses(
+        self, out: torch.Tensor, y: torch.Tensor, reduction: str
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def _step(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def _first_bad_step(self, step_losses: torch.Tensor, begin: int, end: int) -> int | None: ...
+    def _bad_epoch(self, bad_step: int, step_losses: torch.Tensor) -> TrainedEpoch: ...
+    def agree(self, value: int) -> int: ...
 
 
 class StreamedTorch:
     """The streamed epoch and evaluation of one TorchBackend."""
 
-    def __init__(self, backend: TorchBackend, data: StreamedData) -> None:
+    def __init__(self, backend: TorchSteps, data: StreamSource) -> None:
         self.backend, self.data = backend, data
         placement = backend.placement
         self.rank, self.world = placement.rank, placement.replicas
@@ -73,11 +97,13 @@ class StreamedTorch:
             torch.manual_seed(step_seed(b.spec.training.seed, epoch, step, self.rank))
             loss, metric = b._step(*self._tensors(batch))
             losses[step] = loss * len(batch.ids)
-            sums += torch.stack([metric.float(), torch.tensor(float(len(batch.ids)), device=device)])
+            sums += torch.stack(
+                [metric.float(), torch.tensor(float(len(batch.ids)), device=device)]
+            )
             state.global_step += 1
             state.steps_done(step + 1, steps)
             if state.step_checkpoint is not None and step + 1 < steps:
-                state.step_checkpoint(state, lambda: self._mid_epoch(batch, losses, sums))
+                state.step_checkpoint(state, partial(self._mid_epoch, batch, losses, sums))
         bad = b._first_bad_step(losses, checked, steps)
         if bad is not None:
             return b._bad_epoch(bad, losses)

@@ -1,0 +1,25 @@
+"""Each epoch's row gains data_wait_seconds: how long a streamed epoch waited for its input
+(the largest over ranks; null for data held in memory).
+
+Revision ID: 0020_epoch_data_wait
+Revises: 0019_queue_standing
+Create Date: 2026-12-05
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0020_epoch_data_wait"
+down_revision = "0019_queue_standing"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("epoch_metric", sa.Column("data_wait_seconds", sa.Float(), nullable=True))
+
+
+def downgrade() -> None:
+    op.drop_column("epoch_metric", "data_wait_seconds")
