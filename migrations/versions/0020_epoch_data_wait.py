@@ -1,5 +1,6 @@
 """Each epoch's row gains data_wait_seconds: how long a streamed epoch waited for its input
-(the largest over ranks; null for data held in memory).
+(the largest over ranks; null for data held in memory); the per-framework epoch totals that
+/metrics reads gain its sum.
 
 Revision ID: 0020_epoch_data_wait
 Revises: 0019_queue_standing
@@ -19,7 +20,12 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("epoch_metric", sa.Column("data_wait_seconds", sa.Float(), nullable=True))
+    op.add_column(
+        "epoch_stat",
+        sa.Column("data_wait_sum", sa.Float(), nullable=False, server_default=sa.text("0")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("epoch_stat", "data_wait_sum")
     op.drop_column("epoch_metric", "data_wait_seconds")

@@ -16,7 +16,8 @@ from app.domain.states import StopReason
 from app.schemas.metric_row import monitored
 
 Logs = dict[str, float]
-StepCheckpoint = Callable[["TrainState", Callable[[], dict[str, Any]]], None]
+# (state, the mid-epoch JSON when asked, now: at an interrupt, due or not)
+StepCheckpoint = Callable[["TrainState", Callable[[], dict[str, Any]], bool], None]
 
 
 @dataclass
@@ -41,8 +42,8 @@ class TrainState:
     # A streamed epoch's state after its last step done, as JSON (position, sums so far):
     # set by a restored mid-epoch checkpoint, taken by the back-end's next epoch.
     mid_epoch: dict[str, Any] | None = field(default=None, repr=False)
-    # Called by a streamed epoch after each optimizer step with that JSON, when due (the
-    # Checkpointer's mid-epoch save); None: no mid-epoch checkpoints.
+    # Called by a streamed epoch after each optimizer step, and when an interrupt stops it
+    # (now=True), with that JSON: the Checkpointer's mid-epoch save; None: none.
     step_checkpoint: StepCheckpoint | None = field(default=None, repr=False)
 
     def steps_done(self, step: int, steps: int) -> None:

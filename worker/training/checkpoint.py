@@ -75,6 +75,7 @@ class Checkpointer(Callback):
         self.publisher = publisher
         self.callbacks: list[Callback] = []
         self.saved_epoch = 0
+        self.mid_epoch_of: int | None = None  # the finished epochs of the last mid-epoch one
         self.seconds = 0.0  # spent writing checkpoints (reported in the job's timings)
 
     def watch(self, callbacks: CallbackList) -> None:
@@ -89,10 +90,13 @@ class Checkpointer(Callback):
         if state.epoch % self.every == 0 and not _stopped_badly(state):
             self.save(state)
 
-    def save_step(self, state: TrainState, mid_epoch: Callable[[], dict[str, Any]]) -> None:
-        """After a streamed step: every `every_steps` global steps, a mid-epoch checkpoint.
-        Every rank calls this and `mid_epoch` (it may gather the ranks' sums); main writes."""
-        if not self.every_steps or state.global_step % self.every_steps:
+    def save_step(
+        self, state: TrainState, mid_epoch: Callable[[], dict[str, Any]], now: bool = False
+    ) -> None:
+        """After a streamed step: every `every_steps` global steps (or `now`, at an interrupt),
+        a mid-epoch checkpoint. Every rank calls this and `mid_epoch` (it may gather the
+        ranks' sums); the main rank writes."""
+        if not now and (not self.every_steps or state.global_step % self.every_steps):
             return
         partial = mid_epoch()
         if not self.backend.is_main:
@@ -100,11 +104,14 @@ class Checkpointer(Callback):
         started = time.perf_counter()
         name = f"{checkpoint_dir_name(state.epoch)}-step-{state.global_step:09d}"
         self._write(state, name, partial)
+        self.mid_epoch_of = state.epoch
         self.seconds += time.perf_counter() - started
 
     def save(self, state: TrainState) -> None:
         if not self.backend.is_main or state.epoch == 0 or state.epoch == self.saved_epoch:
             return
+        if self.mid_epoch_of == state.epoch:  # the weights are past this epoch's end: the
+            return  # mid-epoch checkpoint after it is the one to resume from
         started = time.perf_counter()
         self._write(state, checkpoint_dir_name(state.epoch))
         self.saved_epoch = state.epoch

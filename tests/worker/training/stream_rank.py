@@ -44,8 +44,8 @@ class KillAt(Callback):
         if inner is None or getattr(inner, "kills", False):
             return
 
-        def hook(s: TrainState, mid_epoch: Any) -> None:
-            inner(s, mid_epoch)
+        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
+            inner(s, mid_epoch, now)
             if s.global_step == self.step:
                 os.kill(os.getpid(), signal.SIGKILL)
 

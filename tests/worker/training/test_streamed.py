@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from app.domain.states import StopReason
 from app.shards.index import dataset_prefix
 from app.storage.base import Store
 from app.storage.directory import DirectoryStore
@@ -69,8 +70,8 @@ class KillAtStep(Callback):
         if inner is None or getattr(inner, "kills", False):
             return
 
-        def hook(s: TrainState, mid_epoch: Any) -> None:
-            inner(s, mid_epoch)
+        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
+            inner(s, mid_epoch, now)
             if s.global_step == self.step:
                 raise Killed(f"killed after step {self.step}")
 
@@ -95,5 +96,47 @@ def test_killed_mid_epoch_twice_resumes_like_an_uninterrupted_run(
     keys = ["train_loss", "train_accuracy", "val_loss", "val_accuracy"]
     for row, again in zip(whole.rows[1:], resumed.rows, strict=True):
         assert [row[k] for k in keys] == [again[k] for k in keys]
+    for w, v in zip(whole.weights, resumed.weights, strict=True):
+        np.testing.assert_array_equal(w, v)
+
+
+class PreemptAt(Callback):
+    """Asks the epoch to stop (a preemption signal) once global step `step` is done."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_epoch_begin(self, state: TrainState) -> None:
+        inner = state.step_checkpoint
+        if inner is None or getattr(inner, "preempts", False):
+            return
+
+        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
+            inner(s, mid_epoch, now)
+            if s.global_step == self.step:
+                s.interrupt = StopReason.preempted
+
+        hook.preempts = True  # type: ignore[attr-defined]
+        state.step_checkpoint = hook
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_streamed_job_stopped_mid_epoch_checkpoints_there_and_goes_on(
+    framework: str, data_store: Store, tmp_path: Path
+) -> None:
+    """Between two due checkpoints: the interrupt, seen at the next check (step 32 of 60),
+    writes one where it stopped, and the next attempt starts at the sample after it."""
+    spec = spec_for(framework, epochs=2, batch_size=4)
+    spec = spec.model_copy(update={"checkpoint_every_steps": 1000})
+    whole = run_spec(spec, tmp_path / "whole", data_store=data_store)
+    stopped = run_spec(spec, tmp_path / "job", PreemptAt(20), data_store=data_store)
+    assert stopped.outcome.stop_reason == "preempted" and stopped.rows == []
+    assert stopped.state.global_step == 32
+    assert [p.name for p in (tmp_path / "job" / "checkpoints").glob("epoch-*")] == [
+        "epoch-0000-step-000000032"
+    ]
+    resumed = run_spec(spec, tmp_path / "job", data_store=data_store)
+    assert [row["epoch"] for row in resumed.rows] == [1.0, 2.0]
+    assert [r["train_loss"] for r in resumed.rows] == [r["train_loss"] for r in whole.rows]
     for w, v in zip(whole.weights, resumed.weights, strict=True):
         np.testing.assert_array_equal(w, v)

@@ -98,9 +98,12 @@ class StreamedTF:
         steps = stream.batches_per_epoch
         start, sums = self._resume(state)  # sums: loss (x samples), metric, samples
         waited = stream.stats.wait_seconds
+        saved: dict[str, Any] = {}
         for batch in stream.iterate(Position(epoch, start), epoch + 1):
             step = batch.index
             if step % CHECK_EVERY == 0 and step > start and agree_on_interrupt(b, state):
+                if state.step_checkpoint is not None and saved:  # a resumed attempt goes on here
+                    state.step_checkpoint(state, partial(dict, saved), True)
                 return None
             loss, metric = self._run(batch)
             if not math.isfinite(loss):
@@ -109,9 +112,9 @@ class StreamedTF:
             sums = [sums[0] + loss * samples, sums[1] + metric, sums[2] + samples]
             state.global_step += 1
             state.steps_done(step + 1, steps)
+            saved = {"position": batch.next_position.to_json(), "sums": list(sums)}
             if state.step_checkpoint is not None and step + 1 < steps:
-                saved = {"position": batch.next_position.to_json(), "sums": list(sums)}
-                state.step_checkpoint(state, partial(dict, saved))
+                state.step_checkpoint(state, partial(dict, saved), False)
         wait = b.agree(round((stream.stats.wait_seconds - waited) * 1e6)) / 1e6
         name = "accuracy" if b.classify else "mae"
         return TrainedEpoch(

@@ -11,6 +11,7 @@ the uninterrupted one's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, Protocol
@@ -77,34 +78,16 @@ class StreamedTorch:
         return x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
 
     def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
-        b, stream, epoch = self.backend, self.stream, state.epoch
-        steps, device = stream.batches_per_epoch, b.device
-        losses = torch.zeros(steps, device=device)
-        sums = torch.zeros(2, device=device)  # metric sum, samples
+        b, stream = self.backend, self.stream
+        losses = torch.zeros(stream.batches_per_epoch, device=b.device)
+        sums = torch.zeros(2, device=b.device)  # metric sum, samples
         start = self._resume(state, losses, sums)
         waited = stream.stats.wait_seconds
         b.net.train()
-        checked = start
-        for batch in stream.iterate(Position(epoch, start), epoch + 1):
-            step = batch.index
-            if step % CHECK_EVERY == 0 and step > start:
-                if agree_on_interrupt(b, state):
-                    return None
-                bad = b._first_bad_step(losses, checked, step)
-                if bad is not None:
-                    return b._bad_epoch(bad, losses)
-                checked = step
-            torch.manual_seed(step_seed(b.spec.training.seed, epoch, step, self.rank))
-            loss, metric = b._step(*self._tensors(batch))
-            losses[step] = loss * len(batch.ids)
-            sums += torch.stack(
-                [metric.float(), torch.tensor(float(len(batch.ids)), device=device)]
-            )
-            state.global_step += 1
-            state.steps_done(step + 1, steps)
-            if state.step_checkpoint is not None and step + 1 < steps:
-                state.step_checkpoint(state, partial(self._mid_epoch, batch, losses, sums))
-        bad = b._first_bad_step(losses, checked, steps)
+        ran = self._steps(state, start, losses, sums)
+        if ran is None or isinstance(ran, TrainedEpoch):  # interrupted, or a non-finite loss
+            return ran
+        bad = b._first_bad_step(losses, ran, stream.batches_per_epoch)
         if bad is not None:
             return b._bad_epoch(bad, losses)
         totals = distributed.sum_all(torch.cat([losses.sum()[None], sums]), b.placement)
@@ -116,6 +99,43 @@ class StreamedTorch:
             samples=samples,
             data_wait_seconds=wait,
         )
+
+    def _steps(
+        self, state: TrainState, start: int, losses: torch.Tensor, sums: torch.Tensor
+    ) -> int | TrainedEpoch | None:
+        """The epoch's steps from `start`: None when an interrupt stopped them (after a
+        mid-epoch checkpoint where the attempt can go on), the bad epoch when a loss was not
+        finite, else the first step whose loss is still to be checked."""
+        b, epoch, steps = self.backend, state.epoch, self.stream.batches_per_epoch
+        checked, last = start, None
+        for batch in self.stream.iterate(Position(epoch, start), epoch + 1):
+            step = batch.index
+            if step % CHECK_EVERY == 0 and step > start:
+                if agree_on_interrupt(b, state):
+                    if state.step_checkpoint is not None and last is not None:
+                        state.step_checkpoint(state, self._mid(last, losses, sums), True)
+                    return None
+                bad = b._first_bad_step(losses, checked, step)
+                if bad is not None:
+                    return b._bad_epoch(bad, losses)
+                checked = step
+            torch.manual_seed(step_seed(b.spec.training.seed, epoch, step, self.rank))
+            loss, metric = b._step(*self._tensors(batch))
+            losses[step] = loss * len(batch.ids)
+            sums += torch.stack(
+                [metric.float(), torch.tensor(float(len(batch.ids)), device=b.device)]
+            )
+            state.global_step += 1
+            state.steps_done(step + 1, steps)
+            if state.step_checkpoint is not None and step + 1 < steps:
+                state.step_checkpoint(state, self._mid(batch, losses, sums), False)
+            last = batch
+        return checked
+
+    def _mid(
+        self, batch: Batch, losses: torch.Tensor, sums: torch.Tensor
+    ) -> Callable[[], dict[str, Any]]:
+        return partial(self._mid_epoch, batch, losses, sums)
 
     def _resume(self, state: TrainState, losses: torch.Tensor, sums: torch.Tensor) -> int:
         """Where this epoch starts: 0, or after a mid-epoch checkpoint's last step (its sums
