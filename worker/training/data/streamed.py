@@ -94,6 +94,16 @@ class StreamedData:
     def train_stream(self, world: int, rank: int, replicas: int) -> ShardStream:
         plan = self.plan(world, replicas)
         part = self.parts["train"]
+        self.check_budget(plan)
+        return ShardStream(
+            self.store, part.prefix, plan, rank, ram_bytes=self.ram_bytes, index=part.index,
+            rows=part.rows,
+        )  # fmt: skip
+
+    def check_budget(self, plan: OrderPlan) -> None:
+        """DataError unless a reader of this plan fits the budget (one rank of one, whose
+        batches are the largest, is checked when the data set is opened)."""
+        part = self.parts["train"]
         needed = required_ram_bytes(part.index, plan, rows=part.rows)
         if needed > self.ram_bytes:
             raise DataError(
@@ -101,10 +111,6 @@ class StreamedData:
                 f"to {part.index.max_shard_bytes} bytes, batches of {plan.local_batch}); the "
                 f"limit is {self.ram_bytes} (EPOCHAL_STREAM_RAM_BYTES, dataset.stream_ram_mb)"
             )
-        return ShardStream(
-            self.store, part.prefix, plan, rank, ram_bytes=self.ram_bytes, index=part.index,
-            rows=part.rows,
-        )  # fmt: skip
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         """Stored rows as the model reads them: float32, (x - shift) / scale."""
@@ -191,7 +197,13 @@ def open_streamed(spec: JobSpec, store: Store) -> StreamedData | None:
     except ShardError as exc:
         raise DataError(f"data set {ds.id}, test part: {exc}") from exc
     _check_fits(spec, train, test)
-    return StreamedData(spec, store, train, test)
+    data = StreamedData(spec, store, train, test)
+    try:
+        data.check_budget(data.plan(1, 1))
+    except DataError:
+        data.close()
+        raise
+    return data
 
 
 def _check_fits(spec: JobSpec, train: ShardIndex, test: ShardIndex | None) -> None:
