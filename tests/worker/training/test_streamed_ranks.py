@@ -1,6 +1,8 @@
 """A streamed PyTorch job over two DDP ranks (two gloo processes): every training sample once
 per epoch across the ranks, by sample id, in the same global batches as one rank, the same
-number of batches on each; and a job SIGKILLed mid-epoch resumes like an uninterrupted run."""
+number of batches on each; and a job SIGKILLed mid-epoch resumes like an uninterrupted run.
+A streamed TensorFlow job on two replicas (one process, two logical CPU devices) takes the
+one-replica job's global batches, and resumes after a SIGKILL as exactly."""
 
 from __future__ import annotations
 
@@ -19,20 +21,21 @@ from tests.helpers import scaled
 from tests.shard_data import write_dataset
 from worker.protocol import DDP_INIT_ENV
 
-pytestmark = pytest.mark.torch
 ROOT = Path(__file__).resolve().parents[3]
 ROWS = [60, 45, 70, 30, 55, 40]  # 300 samples: 240 to train (15 global batches of 16), 60 held
 
 
-def run(replicas: int, store: Path, workdir: Path, kill: int | None = None) -> list[int]:
+def run(
+    replicas: int, store: Path, workdir: Path, kill: int | None = None, framework: str = "pytorch"
+) -> list[int]:
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, DDP_INIT_ENV: f"file://{workdir}/rendezvous", "OMP_NUM_THREADS": "1"}
     (workdir / "rendezvous").unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "tests.worker.training.stream_rank", str(replicas)]
+    argv = [sys.executable, "-m", "tests.worker.training.stream_rank", framework, str(replicas)]
     tail = [] if kill is None else [str(kill)]
     procs = [
         subprocess.Popen([*argv, str(rank), str(store), str(workdir), *tail], cwd=ROOT, env=env)
-        for rank in range(replicas)
+        for rank in range(replicas if framework == "pytorch" else 1)  # TF: one process
     ]
     return [proc.wait(timeout=scaled(180)) for proc in procs]
 
@@ -53,6 +56,7 @@ def store(tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
+@pytest.mark.torch
 def test_two_ranks_see_every_sample_once_and_resume_after_sigkill(
     store: Path, tmp_path: Path
 ) -> None:
@@ -81,6 +85,27 @@ def test_two_ranks_see_every_sample_once_and_resume_after_sigkill(
     assert [r["epoch"] for r in resumed_rows] == [2.0]
     for key in ("train_loss", "train_accuracy", "val_loss", "val_accuracy"):
         assert resumed_rows[0][key] == pytest.approx(whole_rows[1][key], rel=1e-6)
+    with np.load(tmp_path / "two" / "weights.npz") as a, np.load(killed / "weights.npz") as b:
+        for name in a.files:
+            np.testing.assert_array_equal(a[name], b[name])
+
+
+@pytest.mark.tf
+def test_two_tensorflow_replicas_take_one_replicas_batches_and_resume(
+    store: Path, tmp_path: Path
+) -> None:
+    assert run(1, store, tmp_path / "one", framework="tensorflow") == [0]
+    assert run(2, store, tmp_path / "two", framework="tensorflow") == [0]
+    one, two = batches(tmp_path / "one", 0), batches(tmp_path / "two", 0)
+    # The same global batches, in order (each cut in two for the replicas); the weights
+    # differ by the dropout masks, which each replica draws for itself.
+    assert one == two
+    killed = tmp_path / "killed"
+    assert run(2, store, killed, kill=6, framework="tensorflow") == [-9]
+    assert run(2, store, killed, framework="tensorflow") == [0]
+    rows = json.loads((tmp_path / "two" / "rows-0.json").read_text())
+    again = json.loads((killed / "rows-1.json").read_text())
+    assert [r["train_loss"] for r in again] == [r["train_loss"] for r in rows]
     with np.load(tmp_path / "two" / "weights.npz") as a, np.load(killed / "weights.npz") as b:
         for name in a.files:
             np.testing.assert_array_equal(a[name], b[name])
