@@ -27,7 +27,8 @@ from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_aft
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
-from worker.training.checkpoint import Checkpointer, share_newest
+from worker.training.checkpoint import Checkpointer
+from worker.training.checkpoint_share import share_newest
 from worker.training.checkpoint_upload import StoreCheckpoints, for_job
 from worker.training.data import DataError, Splits, load_splits
 from worker.training.disk import undone_if_full

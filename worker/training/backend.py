@@ -22,6 +22,8 @@ class TrainedEpoch:
     samples: int
     bad_step: int | None = None  # first step (1-based) whose loss was not finite
     data_wait_seconds: float | None = None  # a streamed epoch: waited for input, max over ranks
+    # An epoch resumed mid-way: the samples this attempt trained (the speed's); None: all.
+    trained_samples: int | None = None
 
 
 @dataclass

@@ -19,12 +19,10 @@ which uploads it beside training, and a resume first brings the store's newest w
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import shutil
-import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +37,6 @@ from worker.training.disk import undone_if_full
 log = logging.getLogger(__name__)
 LOOP_STATE = "loop.json"
 MANIFEST = "manifest.json"  # written last: each file's size, so a torn checkpoint is seen
-NOBODY = 1 << 30  # a rank number no gang reaches
 
 
 class Publisher(Protocol):
@@ -134,8 +131,8 @@ class Checkpointer(Callback):
             _seal(tmp)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-            _fsync_dir(self.root)
-            _write_atomic(latest_pointer(self.root), final.name)
+            fsync_dir(self.root)
+            write_atomic(latest_pointer(self.root), final.name)
         if self.publisher is not None:  # uploaded aside: training goes on meanwhile
             self.publisher.submit(final, state.epoch, state.global_step)
         self._prune(keep_name=final.name)
@@ -227,51 +224,6 @@ def _is_whole(path: Path) -> bool:
     return True
 
 
-def share_newest(root: Path, backend: Backend, rank: int) -> None:
-    """A gang's nodes keep files of their own (a home each): the newest whole checkpoint any
-    rank holds is sent to every rank that lacks it, so a re-queued gang resumes whole from
-    its last rank 0's checkpoint, on whichever workers it formed on this time."""
-    found = whole_checkpoints(root)
-    mine = _epoch_of(found[0]) if found else 0
-    newest = backend.agree(mine)
-    if newest == 0 or -backend.agree(-mine) == newest:
-        return  # nobody has one, or every rank has the newest already
-    holder = -backend.agree(-(rank if mine == newest else NOBODY))  # the lowest rank with it
-    payload = backend.broadcast(_pack(found[0]) if rank == holder else b"", holder)
-    if mine < newest:
-        _adopt(root, f"epoch-{newest:04d}", payload)
-        log.info("took the checkpoint of epoch %d from rank %d", newest, holder)
-
-
-def _epoch_of(checkpoint: Path) -> int:
-    return int(json.loads((checkpoint / LOOP_STATE).read_text())["epoch"])
-
-
-def _pack(checkpoint: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(checkpoint, arcname=".")
-    return buffer.getvalue()
-
-
-def _adopt(root: Path, name: str, payload: bytes) -> None:
-    """Unpack another rank's checkpoint as `name` and point `latest` at it, atomically."""
-    root.mkdir(parents=True, exist_ok=True)
-    tmp, final = root / f".tmp-{name}-{os.getpid()}", root / name
-    shutil.rmtree(tmp, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
-        tar.extractall(tmp, filter="data")  # plain files only, inside tmp
-    if final.exists():  # another rank of this node took it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:  # its manifest came along: fsync what it lists, as a checkpoint written here is
-        for path in (p for p in tmp.rglob("*") if p.is_file()):
-            _fsync_file(path)
-        _fsync_dir(tmp)
-        os.replace(tmp, final)
-        _fsync_dir(root)
-    _write_atomic(latest_pointer(root), name)
-
-
 def install(root: Path, tmp: Path, name: str) -> Path:
     """Make the checkpoint files in `tmp` (a folder under `root`) the checkpoint `name` and
     point `latest` at it: sealed (sizes manifest, fsynced) and renamed, as one written here is."""
@@ -279,8 +231,8 @@ def install(root: Path, tmp: Path, name: str) -> Path:
     final = root / name
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    _fsync_dir(root)
-    _write_atomic(latest_pointer(root), name)
+    fsync_dir(root)
+    write_atomic(latest_pointer(root), name)
     return final
 
 
@@ -298,16 +250,16 @@ def _seal(directory: Path) -> None:
     """fsync every file under `directory`, write the manifest of their sizes, fsync the dirs."""
     sizes = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        _fsync_file(path)
+        fsync_file(path)
         sizes[str(path.relative_to(directory))] = path.stat().st_size
     (directory / MANIFEST).write_text(json.dumps(sizes))
-    _fsync_file(directory / MANIFEST)
+    fsync_file(directory / MANIFEST)
     for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
-        _fsync_dir(sub)
-    _fsync_dir(directory)
+        fsync_dir(sub)
+    fsync_dir(directory)
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -315,7 +267,7 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Make a directory's entries (a rename, a new file) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -328,9 +280,9 @@ def _pointer_tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}")
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     tmp = _pointer_tmp(path)
     tmp.write_text(text)
-    _fsync_file(tmp)
+    fsync_file(tmp)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)

@@ -97,6 +97,7 @@ class StreamedTF:
         b, stream, epoch = self.backend, self.stream, state.epoch
         steps = stream.batches_per_epoch
         start, sums = self._resume(state)  # sums: loss (x samples), metric, samples
+        before = sums[2]  # samples of a resumed epoch before its checkpoint
         waited = stream.stats.wait_seconds
         saved: dict[str, Any] = {}
         for batch in stream.iterate(Position(epoch, start), epoch + 1):
@@ -120,6 +121,7 @@ class StreamedTF:
         return TrainedEpoch(
             {"loss": sums[0] / sums[2], name: sums[1] / sums[2]},
             samples=int(sums[2]),
+            trained_samples=int(sums[2] - before) if start else None,
             data_wait_seconds=wait,
         )
 

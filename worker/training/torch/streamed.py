@@ -82,6 +82,7 @@ class StreamedTorch:
         losses = torch.zeros(stream.batches_per_epoch, device=b.device)
         sums = torch.zeros(2, device=b.device)  # metric sum, samples
         start = self._resume(state, losses, sums)
+        before = float(sums[1]) if start else 0.0  # samples of a resumed epoch before it
         waited = stream.stats.wait_seconds
         b.net.train()
         ran = self._steps(state, start, losses, sums)
@@ -98,6 +99,7 @@ class StreamedTorch:
             logs={"loss": totals[0].item() / samples, name: totals[1].item() / samples},
             samples=samples,
             data_wait_seconds=wait,
+            trained_samples=round(samples - b.agree(round(before))) if start else None,
         )
 
     def _steps(
