@@ -115,6 +115,12 @@ class Settings(BaseSettings):
         description="Address a multi-node job's other workers reach this one at (default: the "
         "interface that routes to the database).",
     )
+    stream_ram_bytes: int = Field(
+        1024**3,
+        ge=16 * 1024**2,
+        description="Memory a training process's streaming reader may hold for a sharded data "
+        "set: whole shards and the batches in flight (a job's dataset.stream_ram_mb may lower it).",
+    )
     collective_timeout_seconds: float = Field(
         120.0,
         gt=0,

@@ -16,6 +16,7 @@ from app.domain.spec_paths import set_path
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.sweep_space import edge_values
 from app.domain.tables import ApiKey, Dataset, DatasetUpload, Job
+from app.schemas.augment import IN_MEMORY, augment_problem
 from app.schemas.job_spec import JobSpec, check_model_for_data, model_input
 from app.schemas.sweep import SweepSpec
 
@@ -68,6 +69,8 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
             f"task {spec.task} needs a data set uploaded with task {spec.task}; "
             f"{dataset_id} was uploaded for {row.task}"
         )
+    if spec.dataset.augment and (why := _augment_problem(row, spec)) is not None:
+        return why
     x = model_input(spec, tuple(row.shape), row.vocab is not None, row.vocab)
     if x.tokens and spec.dataset.normalize == "standard":
         return (
@@ -78,6 +81,16 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
         check_model_for_data(spec, x, row.classes or 1)
     except ValueError as exc:
         return str(exc)
+    return None
+
+
+def _augment_problem(row: Dataset, spec: JobSpec) -> str | None:
+    """dataset.augment needs images, sizes that fit them, and a data set that streams."""
+    steps = spec.dataset.augment
+    if (why := augment_problem(steps, tuple(row.shape), row.vocab is not None)) is not None:
+        return why
+    if row.storage != "shards":
+        return IN_MEMORY.format(what=f"{row.id}, stored whole from one upload request,")
     return None
 
 

@@ -56,7 +56,8 @@ def record_epoch(
         set_={key: statement.excluded[key] for key in row if key not in ("job_id", "epoch")},
     )
     session.execute(statement)
-    count_epoch(session, job_id, values["epoch_seconds"])  # /metrics reads these totals
+    # /metrics reads these totals
+    count_epoch(session, job_id, values["epoch_seconds"], values["data_wait_seconds"])
     return True
 
 

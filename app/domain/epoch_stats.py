@@ -3,7 +3,7 @@ recorded, so /metrics reads a handful of rows whatever the history (never epoch_
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -21,7 +21,9 @@ def bucket_of(seconds: float | None) -> int:
     return next((i for i, bound in enumerate(EPOCH_BUCKETS) if seconds <= bound), OVERFLOW)
 
 
-def count_epoch(session: Session, job_id: str, seconds: float | None) -> None:
+def count_epoch(
+    session: Session, job_id: str, seconds: float | None, data_wait: float | None = None
+) -> None:
     """Add one finished epoch of this job to its framework's totals (same transaction)."""
     framework = session.scalar(select(Job.framework).where(Job.id == job_id))
     if framework is None:
@@ -29,15 +31,25 @@ def count_epoch(session: Session, job_id: str, seconds: float | None) -> None:
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     row = {"framework": framework, "bucket": bucket_of(seconds), "epochs": 1}
-    statement = insert(EpochStat).values(**row, seconds_sum=seconds or 0.0)
+    wait = data_wait or 0.0
+    statement = insert(EpochStat).values(**row, seconds_sum=seconds or 0.0, data_wait_sum=wait)
     statement = statement.on_conflict_do_update(
         index_elements=["framework", "bucket"],
         set_={
             "epochs": EpochStat.epochs + 1,
             "seconds_sum": EpochStat.seconds_sum + (seconds or 0.0),
+            "data_wait_sum": EpochStat.data_wait_sum + wait,
         },
     )
     session.execute(statement)
+
+
+def data_wait_totals(session: Session) -> dict[str, float]:
+    """framework -> seconds its streamed epochs waited for input, summed."""
+    query = select(EpochStat.framework, func.sum(EpochStat.data_wait_sum)).group_by(
+        EpochStat.framework
+    )
+    return {framework: float(summed or 0.0) for framework, summed in session.execute(query)}
 
 
 def totals(session: Session) -> dict[str, dict[int, tuple[int, float]]]:

@@ -293,6 +293,8 @@ class EpochStat(Base):
     bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     epochs: Mapped[int] = mapped_column(BigInteger)
     seconds_sum: Mapped[float] = mapped_column(Float)
+    # Streamed epochs' time waiting for input (data_wait_seconds), summed.
+    data_wait_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class SchedulerStat(Base):

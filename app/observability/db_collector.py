@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.core.db import session_factory
-from app.domain.epoch_stats import EPOCH_BUCKETS, UNTIMED, totals
+from app.domain.epoch_stats import EPOCH_BUCKETS, UNTIMED, data_wait_totals, totals
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker, utcnow
 from app.scheduler import stats as scheduler_stats
@@ -111,7 +111,12 @@ def _epochs(session: Session) -> Iterable[Metric]:
     durations = HistogramMetricFamily(
         "epochal_epoch_duration_seconds", "Wall time of one epoch.", labels=["framework"]
     )
-    stats = totals(session)
+    waited = CounterMetricFamily(
+        "epochal_epoch_data_wait_seconds",
+        "Time streamed epochs waited for input (each epoch's largest over ranks), summed.",
+        labels=["framework"],
+    )
+    stats, waits = totals(session), data_wait_totals(session)
     for framework in sorted(set(FRAMEWORKS) | set(stats)):
         buckets = stats.get(framework, {})
         total = sum(epochs for epochs, _ in buckets.values())
@@ -123,7 +128,8 @@ def _epochs(session: Session) -> Iterable[Metric]:
             pairs.append((str(bound), running))
         finished.add_metric([framework], total)
         durations.add_metric([framework], [*pairs, ("+Inf", timed)], summed)
-    return finished, durations
+        waited.add_metric([framework], waits.get(framework, 0.0))
+    return finished, durations, waited
 
 
 def _workers(session: Session) -> Iterable[Metric]:

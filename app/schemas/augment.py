@@ -188,6 +188,19 @@ def eval_steps(steps: Sequence[Step], sample_shape: Sequence[int]) -> list[Step]
     return kept
 
 
+def prediction_problem(steps: Sequence[Step], sample_shape: Sequence[int]) -> str | None:
+    """Steps that prediction would have to repeat are refused until model.onnx carries them:
+    a model trained on resized or re-normalized images would otherwise be served raw ones."""
+    kept = eval_steps(steps, sample_shape)
+    if not kept:
+        return None
+    return (
+        f"dataset.augment: {', '.join(s.op for s in kept)} would also apply at prediction, "
+        "which model.onnx does not repeat yet; train on random_crop (the images' own size, "
+        "with padding) and flip_horizontal, with dataset.normalize for the pixels' scale"
+    )
+
+
 def augment_problem(
     steps: Sequence[Step], sample_shape: Sequence[int], tokens: bool = False
 ) -> str | None:
@@ -201,4 +214,10 @@ def augment_problem(
         augmented_shape(steps, sample_shape)
     except ValueError as exc:
         return str(exc)
-    return None
+    return prediction_problem(steps, sample_shape)
+
+
+IN_MEMORY = (
+    "dataset.augment applies to sharded data sets (`epochal datasets add`, or `datasets "
+    "upload --resumable`); {what} is held in memory, where training batches are not augmented"
+)

@@ -20,7 +20,13 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from app.schemas.augment import AugmentStep, augmented_shape, image_shape
+from app.schemas.augment import (
+    IN_MEMORY,
+    AugmentStep,
+    augmented_shape,
+    image_shape,
+    prediction_problem,
+)
 from app.schemas.graph import (
     BuiltGraph,
     CNNSpec,
@@ -85,6 +91,13 @@ class DatasetSpec(StrictModel):
         "unit", description="unit: /255 (or /16 for digits); standard: train mean/std; none."
     )
     limit: int | None = Field(None, ge=10, le=10_000_000, description="Use the first N samples.")
+    stream_ram_mb: int | None = Field(
+        None,
+        ge=16,
+        le=1_048_576,
+        description="a sharded data set: at most this much reader memory (MiB) below the "
+        "worker's EPOCHAL_STREAM_RAM_BYTES",
+    )
     samples: int | None = Field(None, ge=10, le=2_000_000, description="synthetic only")
     features: int | None = Field(None, ge=1, le=4096, description="synthetic only")
     classes: int | None = Field(None, ge=2, le=1000, description="synthetic only")
@@ -106,7 +119,11 @@ class DatasetSpec(StrictModel):
         if self.augment and self.name == "synthetic":
             image_shape((self.features or 32,))  # refused: rows of features are no images
         if self.augment and self.name in BUILTIN_SHAPES:
-            augmented_shape(self.augment, BUILTIN_SHAPES[self.name][0])
+            shape = BUILTIN_SHAPES[self.name][0]
+            augmented_shape(self.augment, shape)  # the sizes first: the most precise error
+            raise ValueError(
+                prediction_problem(self.augment, shape) or IN_MEMORY.format(what=self.name)
+            )
         return self
 
 
@@ -273,6 +290,13 @@ class JobSpec(StrictModel):
     checkpoint_every_epochs: int = Field(
         1, ge=1, le=1000, description="a restarted attempt resumes from the last checkpoint"
     )
+    checkpoint_every_steps: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="a sharded data set: also checkpoint every N optimizer steps, mid-epoch; "
+        "a resumed attempt continues at the next sample",
+    )
     max_runtime_seconds: int = Field(
         86_400,
         ge=1,
@@ -322,6 +346,11 @@ def _check_task_and_data(spec: JobSpec) -> None:
         raise ValueError(f"task regression needs a synthetic or uploaded data set, not {ds.name}")
     if spec.task == "regression" and ds.classes:
         raise ValueError("dataset.classes does not apply to task regression")
+    if spec.checkpoint_every_steps is not None and ds.name is not None:
+        raise ValueError(
+            "checkpoint_every_steps applies to sharded data sets (dataset.id); a built-in data "
+            "set checkpoints at epoch ends (checkpoint_every_epochs)"
+        )
 
 
 def class_labels(spec: JobSpec, classes: int) -> list[Any]:

@@ -16,7 +16,9 @@ from typing import Any
 SPLITS = ("train", "val")  # the passes of an epoch that are scored
 SCORES = ("loss", "accuracy", "mae")  # what a back-end reports for a pass (loss incl. L2)
 EPOCH_SECONDS = "epoch_seconds"  # how long the epoch took (the scheduler's ETA reads it)
-EPOCH_MEASURES = ("learning_rate", EPOCH_SECONDS, "samples_per_second")
+# data_wait_seconds: a streamed epoch's time blocked on input, the largest over ranks (null
+# for data held in memory, which never waits).
+EPOCH_MEASURES = ("learning_rate", EPOCH_SECONDS, "samples_per_second", "data_wait_seconds")
 
 
 def score_field(split: str, score: str) -> str:

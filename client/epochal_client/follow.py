@@ -55,6 +55,7 @@ LIVE_COLUMNS = {
     },
     "learning_rate": "lr",
     "epoch_seconds": "seconds",
+    "data_wait_seconds": "input wait",
 }
 
 

@@ -19,6 +19,7 @@ SCALAR_TAGS = {
     "learning_rate": "optimizer/learning_rate",
     "epoch_seconds": "speed/epoch_seconds",
     "samples_per_second": "speed/samples_per_second",
+    "data_wait_seconds": "speed/data_wait_seconds",
 }
 # The evaluation keys of job.result: a split's score.
 FINAL = re.compile(rf"^(train|val|test)_({'|'.join(SCORES)})$")

@@ -135,6 +135,7 @@ class MetricRow:
     learning_rate: float | None = None
     epoch_seconds: float | None = None
     samples_per_second: float | None = None
+    data_wait_seconds: float | None = None  # a streamed data set: time spent waiting for input
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

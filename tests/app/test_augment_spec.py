@@ -18,7 +18,6 @@ from app.schemas.augment import (
     eval_steps,
     split_steps,
 )
-from app.schemas.job_spec import JobSpec
 from tests.conftest import make_key
 
 STEPS = TypeAdapter(list[AugmentStep])
@@ -54,6 +53,11 @@ BAD: list[tuple[list[dict[str, Any]], dict[str, Any], str, str]] = [
      "dataset.augment needs images: samples of shape (H, W) or (H, W, C)"),
     ([{"op": "blur"}], {}, "dataset.augment.0", "'blur'"),
     ([{"op": "flip_horizontal", "p": 2}], {}, "dataset.augment.0.flip_horizontal.p", "1"),
+    ([{"op": "resize", "size": 32}], {}, "dataset",
+     "dataset.augment: resize would also apply at prediction, which model.onnx does not repeat"),
+    ([{"op": "random_crop", "size": 28, "padding": 4}, {"op": "flip_horizontal"}], {}, "dataset",
+     "dataset.augment applies to sharded data sets (`epochal datasets add`, or `datasets upload "
+     "--resumable`); fashion_mnist is held in memory"),
 ]  # fmt: skip
 
 
@@ -64,33 +68,21 @@ def test_augment_that_does_not_fit_is_a_422_naming_it(client: TestClient) -> Non
         error = response.json()["errors"][0]
         assert error["field"] == field and words in error["msg"], (augment, error)
         assert "Traceback" not in response.text
-    valid = {"name": "c", "op": "conv2d", "filters": 4, "kernel_size": 5, "padding": "valid"}
-    small = {**job([{"op": "resize", "size": 4}]), "model": {"type": "graph", "layers": [valid]}}
-    response = client.post("/v1/jobs", json=small)  # a 5x5 kernel on the 4x4 images it gets
-    assert response.status_code == 422 and response.json()["errors"][0]["field"] == "model"
-    assert "(4, 4, 1)" in response.json()["errors"][0]["msg"], response.text
-    fits: list[dict[str, Any]] = [
-        {"op": "random_crop", "size": 28, "padding": 4},
-        {"op": "flip_horizontal"},
-    ]
-    created = client.post("/v1/jobs", json=job(fits))
-    assert created.status_code == 201, created.text
-    assert created.json()["spec"]["dataset"]["augment"] == [
-        {"op": "random_crop", "size": 28, "padding": 4},
-        {"op": "flip_horizontal", "p": 0.5},
-    ]
 
 
-def test_the_model_is_checked_against_the_augmented_shape() -> None:
-    spec = JobSpec.model_validate(job([{"op": "resize", "size": [32, 36]}]))
-    assert augmented_shape(spec.dataset.augment, (28, 28)) == (32, 36)
-    assert spec.dataset.augment[0].op == "resize"
+def test_the_augmented_shape() -> None:
+    steps = STEPS.validate_python([{"op": "resize", "size": [32, 36]}])
+    assert augmented_shape(steps, (28, 28)) == (32, 36)
     assert augmented_shape([], (5,)) == (5,)  # no steps: any data, as it is
 
 
 def test_a_data_set_looked_up_later_is_checked_by_its_shape() -> None:
     crop = STEPS.validate_python([{"op": "center_crop", "size": 64}])
-    assert augment_problem(crop, (96, 128, 3)) is None
+    flip = STEPS.validate_python([{"op": "flip_horizontal"}])
+    assert augment_problem(flip, (96, 128, 3)) is None
+    assert "center_crop would also apply at prediction" in (
+        augment_problem(crop, (96, 128, 3)) or ""
+    )
     assert augment_problem([], (40,), tokens=True) is None
     assert augment_problem(crop, (40,), tokens=True) == (
         "dataset.augment needs images; this data set holds token ids"

@@ -141,6 +141,7 @@ def test_every_number_is_bounded(overrides: dict[str, Any], message: str) -> Non
             "must divide by the replica count",
         ),
         ({"resources": {"precision": "fp16"}}, "fp16 needs a GPU"),
+        ({"checkpoint_every_steps": 100}, "checkpoint_every_steps applies to sharded data sets"),
         ({"model": {"type": "cnn", "conv_channels": [8, 8, 8, 8]}}, "shrink 8x8 images to nothing"),
         ({"model": {"type": "mlp", "hidden_units": [8192, 8192]}}, "the limit is"),
     ],

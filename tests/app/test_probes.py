@@ -46,8 +46,8 @@ def test_epoch_series_come_from_totals_not_a_scan(client: TestClient) -> None:
     with session_scope() as session:
         assert crud.claim_job(session, job.id, "w1", lease_seconds=30) is not None
     with session_scope() as session:
-        for epoch, seconds in ((1, 0.05), (2, 0.7), (3, None)):
-            logs = {"train_loss": 1.0, "epoch_seconds": seconds}
+        for epoch, seconds, wait in ((1, 0.05, 0.01), (2, 0.7, 0.25), (3, None, None)):
+            logs = {"train_loss": 1.0, "epoch_seconds": seconds, "data_wait_seconds": wait}
             assert epoch_rows.record_epoch(session, job.id, 1, epoch, logs)
     with session_scope() as session:  # the totals stand on their own: no epoch row is read
         session.execute(sa.delete(EpochMetric))
@@ -59,6 +59,8 @@ def test_epoch_series_come_from_totals_not_a_scan(client: TestClient) -> None:
     assert series(text, "epochal_epoch_duration_seconds_bucket", le="1.0", **pytorch) == 2
     assert series(text, "epochal_epoch_duration_seconds_sum", **pytorch) == pytest.approx(0.75)
     assert series(text, "epochal_epochs_finished_total", framework="tensorflow") == 0
+    # a streamed epoch's input wait, summed (an in-memory epoch's is null: none)
+    assert series(text, "epochal_epoch_data_wait_seconds_total", **pytorch) == pytest.approx(0.26)
 
 
 def test_the_metrics_token_is_required_when_set(

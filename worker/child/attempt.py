@@ -27,7 +27,8 @@ from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_aft
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
-from worker.training.checkpoint import Checkpointer, share_newest
+from worker.training.checkpoint import Checkpointer
+from worker.training.checkpoint_share import share_newest
 from worker.training.checkpoint_upload import StoreCheckpoints, for_job
 from worker.training.data import DataError, Splits, load_splits
 from worker.training.disk import undone_if_full
@@ -84,7 +85,7 @@ def final_result(
     backend: Backend, splits: Splits, state: TrainState, logs: Logs, seconds: float
 ) -> dict[str, Any]:
     """Test metrics when the data set has a test split, else validation (or training) ones."""
-    split = "test" if splits.x_test is not None else "val" if splits.x_val is not None else None
+    split = "test" if splits.has_test else "val" if splits.has_val else None
     prefix = split or "train"
     if split:
         scores = {score_field(split, k): v for k, v in backend.evaluate(split).items()}
@@ -245,11 +246,15 @@ def _run_attempt(
     store: StoreCheckpoints | None,
 ) -> Outcome:
     timings = {} if timings is None else timings
-    validate = splits.x_val is not None
+    validate = splits.has_val
     callbacks = CallbackList(build_callbacks(spec, backend, best_monitor(spec, validate), record))
     files = JobFiles(workdir)
     checkpointer = Checkpointer(
-        files.checkpoints, backend, spec.checkpoint_every_epochs, publisher=store
+        files.checkpoints,
+        backend,
+        spec.checkpoint_every_epochs,
+        publisher=store,
+        every_steps=spec.checkpoint_every_steps if splits.stream else None,
     )
     callbacks.callbacks.append(checkpointer)
     checkpointer.watch(callbacks)

@@ -21,6 +21,9 @@ class TrainedEpoch:
     logs: Logs  # "loss" (objective incl. L2) and "accuracy" or "mae", averaged over samples
     samples: int
     bad_step: int | None = None  # first step (1-based) whose loss was not finite
+    data_wait_seconds: float | None = None  # a streamed epoch: waited for input, max over ranks
+    # An epoch resumed mid-way: the samples this attempt trained (the speed's); None: all.
+    trained_samples: int | None = None
 
 
 @dataclass

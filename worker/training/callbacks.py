@@ -7,7 +7,7 @@ best-epoch tracking and reduce-on-plateau, with Keras 3.15's exact semantics.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -16,6 +16,8 @@ from app.domain.states import StopReason
 from app.schemas.metric_row import monitored
 
 Logs = dict[str, float]
+# (state, the mid-epoch JSON when asked, now: at an interrupt, due or not)
+StepCheckpoint = Callable[["TrainState", Callable[[], dict[str, Any]], bool], None]
 
 
 @dataclass
@@ -36,6 +38,13 @@ class TrainState:
     # (epoch in progress, its steps done, its steps): one tuple, so a reader in another thread
     # (worker.child.progress) never sees one epoch's steps with another's number.
     step_progress: tuple[int, int, int] | None = field(default=None, repr=False)
+
+    # A streamed epoch's state after its last step done, as JSON (position, sums so far):
+    # set by a restored mid-epoch checkpoint, taken by the back-end's next epoch.
+    mid_epoch: dict[str, Any] | None = field(default=None, repr=False)
+    # Called by a streamed epoch after each optimizer step, and when an interrupt stops it
+    # (now=True), with that JSON: the Checkpointer's mid-epoch save; None: none.
+    step_checkpoint: StepCheckpoint | None = field(default=None, repr=False)
 
     def steps_done(self, step: int, steps: int) -> None:
         """A back-end's note, as its epoch goes: `step` of its `steps` steps are done."""

@@ -1,7 +1,11 @@
 """Checkpoints a resumed attempt can continue from, written atomically.
 
 A checkpoint is a directory `epoch-NNNN`: the back-end's model and optimizer files, the loop's
-state as JSON (epoch, rate, callback states) and callbacks' arrays (best weights) as .npz. It
+state as JSON (epoch, rate, callback states) and callbacks' arrays (best weights) as .npz. A
+mid-epoch one (a streamed data set, `checkpoint_every_steps`) is `epoch-NNNN-step-SSSSSSSSS`,
+taken in the epoch after NNNN at global step S; its loop state also holds the streamed epoch's
+`mid_epoch` JSON (the reader's position and the epoch's sums so far). The names sort in the
+order they were taken. It
 is written under a temporary name and renamed, and `latest` is replaced atomically, so a kill at
 any moment leaves the previous checkpoint intact (RELIABILITY.md P32). Every file, the new
 directory and its parent are fsynced before `latest` moves, so a power cut cannot leave `latest`
@@ -15,13 +19,12 @@ which uploads it beside training, and a resume first brings the store's newest w
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import shutil
-import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,7 +37,6 @@ from worker.training.disk import undone_if_full
 log = logging.getLogger(__name__)
 LOOP_STATE = "loop.json"
 MANIFEST = "manifest.json"  # written last: each file's size, so a torn checkpoint is seen
-NOBODY = 1 << 30  # a rank number no gang reaches
 
 
 class Publisher(Protocol):
@@ -63,31 +65,58 @@ class Checkpointer(Callback):
         every: int,
         keep: int = 2,
         publisher: Publisher | None = None,
+        every_steps: int | None = None,
     ) -> None:
         self.root, self.backend, self.every, self.keep = root, backend, every, keep
+        self.every_steps = every_steps
         self.publisher = publisher
         self.callbacks: list[Callback] = []
         self.saved_epoch = 0
+        self.mid_epoch_of: int | None = None  # the finished epochs of the last mid-epoch one
         self.seconds = 0.0  # spent writing checkpoints (reported in the job's timings)
 
     def watch(self, callbacks: CallbackList) -> None:
         """The callbacks whose state goes into each checkpoint."""
         self.callbacks = callbacks.stateful()
 
+    def on_train_begin(self, state: TrainState) -> None:
+        if self.every_steps:
+            state.step_checkpoint = self.save_step
+
     def on_epoch_end(self, state: TrainState, logs: Logs) -> None:
         if state.epoch % self.every == 0 and not _stopped_badly(state):
             self.save(state)
 
+    def save_step(
+        self, state: TrainState, mid_epoch: Callable[[], dict[str, Any]], now: bool = False
+    ) -> None:
+        """After a streamed step: every `every_steps` global steps (or `now`, at an interrupt),
+        a mid-epoch checkpoint. Every rank calls this and `mid_epoch` (it may gather the
+        ranks' sums); the main rank writes."""
+        if not now and (not self.every_steps or state.global_step % self.every_steps):
+            return
+        partial = mid_epoch()
+        if not self.backend.is_main:
+            return
+        started = time.perf_counter()
+        name = f"{checkpoint_dir_name(state.epoch)}-step-{state.global_step:09d}"
+        self._write(state, name, partial)
+        self.mid_epoch_of = state.epoch
+        self.seconds += time.perf_counter() - started
+
     def save(self, state: TrainState) -> None:
         if not self.backend.is_main or state.epoch == 0 or state.epoch == self.saved_epoch:
             return
+        if self.mid_epoch_of == state.epoch:  # the weights are past this epoch's end: the
+            return  # mid-epoch checkpoint after it is the one to resume from
         started = time.perf_counter()
-        self._write(state)
+        self._write(state, checkpoint_dir_name(state.epoch))
+        self.saved_epoch = state.epoch
         self.seconds += time.perf_counter() - started
 
-    def _write(self, state: TrainState) -> None:
+    def _write(self, state: TrainState, name: str, mid_epoch: dict[str, Any] | None = None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / checkpoint_dir_name(state.epoch)
+        final = self.root / name
         tmp = self.root / f".tmp-{final.name}-{os.getpid()}"
         # A full disk: what this write left goes (the space with it), `latest` still names
         # the last good checkpoint, and the job ends disk_full.
@@ -97,13 +126,13 @@ class Checkpointer(Callback):
             self.backend.save_checkpoint(tmp)
             for cb in self.callbacks:
                 cb.save_arrays(tmp)
-            (tmp / LOOP_STATE).write_text(json.dumps(self._loop_state(state)))
+            loop_state = self._loop_state(state) | ({"mid_epoch": mid_epoch} if mid_epoch else {})
+            (tmp / LOOP_STATE).write_text(json.dumps(loop_state))
             _seal(tmp)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-            _fsync_dir(self.root)
-            _write_atomic(latest_pointer(self.root), final.name)
-        self.saved_epoch = state.epoch
+            fsync_dir(self.root)
+            write_atomic(latest_pointer(self.root), final.name)
         if self.publisher is not None:  # uploaded aside: training goes on meanwhile
             self.publisher.submit(final, state.epoch, state.global_step)
         self._prune(keep_name=final.name)
@@ -149,6 +178,7 @@ class Checkpointer(Callback):
         state.epoch, state.global_step = saved["epoch"], saved["global_step"]
         state.learning_rate = saved["learning_rate"]
         state.best_epoch, state.best_value = saved["best_epoch"], saved["best_value"]
+        state.mid_epoch = saved.get("mid_epoch")
         for cb in self.callbacks:
             cb.load_state_dict(saved["callbacks"].get(cb.state_key, {}))
             cb.load_arrays(latest)
@@ -194,51 +224,6 @@ def _is_whole(path: Path) -> bool:
     return True
 
 
-def share_newest(root: Path, backend: Backend, rank: int) -> None:
-    """A gang's nodes keep files of their own (a home each): the newest whole checkpoint any
-    rank holds is sent to every rank that lacks it, so a re-queued gang resumes whole from
-    its last rank 0's checkpoint, on whichever workers it formed on this time."""
-    found = whole_checkpoints(root)
-    mine = _epoch_of(found[0]) if found else 0
-    newest = backend.agree(mine)
-    if newest == 0 or -backend.agree(-mine) == newest:
-        return  # nobody has one, or every rank has the newest already
-    holder = -backend.agree(-(rank if mine == newest else NOBODY))  # the lowest rank with it
-    payload = backend.broadcast(_pack(found[0]) if rank == holder else b"", holder)
-    if mine < newest:
-        _adopt(root, f"epoch-{newest:04d}", payload)
-        log.info("took the checkpoint of epoch %d from rank %d", newest, holder)
-
-
-def _epoch_of(checkpoint: Path) -> int:
-    return int(json.loads((checkpoint / LOOP_STATE).read_text())["epoch"])
-
-
-def _pack(checkpoint: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(checkpoint, arcname=".")
-    return buffer.getvalue()
-
-
-def _adopt(root: Path, name: str, payload: bytes) -> None:
-    """Unpack another rank's checkpoint as `name` and point `latest` at it, atomically."""
-    root.mkdir(parents=True, exist_ok=True)
-    tmp, final = root / f".tmp-{name}-{os.getpid()}", root / name
-    shutil.rmtree(tmp, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(payload), mode="r") as tar:
-        tar.extractall(tmp, filter="data")  # plain files only, inside tmp
-    if final.exists():  # another rank of this node took it first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:  # its manifest came along: fsync what it lists, as a checkpoint written here is
-        for path in (p for p in tmp.rglob("*") if p.is_file()):
-            _fsync_file(path)
-        _fsync_dir(tmp)
-        os.replace(tmp, final)
-        _fsync_dir(root)
-    _write_atomic(latest_pointer(root), name)
-
-
 def install(root: Path, tmp: Path, name: str) -> Path:
     """Make the checkpoint files in `tmp` (a folder under `root`) the checkpoint `name` and
     point `latest` at it: sealed (sizes manifest, fsynced) and renamed, as one written here is."""
@@ -246,8 +231,8 @@ def install(root: Path, tmp: Path, name: str) -> Path:
     final = root / name
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    _fsync_dir(root)
-    _write_atomic(latest_pointer(root), name)
+    fsync_dir(root)
+    write_atomic(latest_pointer(root), name)
     return final
 
 
@@ -265,16 +250,16 @@ def _seal(directory: Path) -> None:
     """fsync every file under `directory`, write the manifest of their sizes, fsync the dirs."""
     sizes = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        _fsync_file(path)
+        fsync_file(path)
         sizes[str(path.relative_to(directory))] = path.stat().st_size
     (directory / MANIFEST).write_text(json.dumps(sizes))
-    _fsync_file(directory / MANIFEST)
+    fsync_file(directory / MANIFEST)
     for sub in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True):
-        _fsync_dir(sub)
-    _fsync_dir(directory)
+        fsync_dir(sub)
+    fsync_dir(directory)
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -282,7 +267,7 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Make a directory's entries (a rename, a new file) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -295,9 +280,9 @@ def _pointer_tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}")
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     tmp = _pointer_tmp(path)
     tmp.write_text(text)
-    _fsync_file(tmp)
+    fsync_file(tmp)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)

@@ -69,11 +69,14 @@ def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool
         logs = {score_field("train", k): v for k, v in trained.logs.items()}
         if validate:
             logs |= {score_field("val", k): v for k, v in backend.evaluate("val").items()}
+        done = trained.samples if trained.trained_samples is None else trained.trained_samples
         logs |= {
             "learning_rate": state.learning_rate,
             "epoch_seconds": time.perf_counter() - started,
-            "samples_per_second": trained.samples / train_seconds if train_seconds else math.nan,
+            "samples_per_second": done / train_seconds if train_seconds else math.nan,
         }
+        if trained.data_wait_seconds is not None:
+            logs["data_wait_seconds"] = trained.data_wait_seconds
         callbacks.on_epoch_end(state, logs)
     # The agreed reason is final: a signal arriving after the last agreement changes nothing.
     reason = state.stop_reason if stopped else None

@@ -20,6 +20,7 @@ from app.domain.job_files import CARD_FILE, ONNX_FILE
 from app.schemas.job_spec import JobSpec, class_labels
 from worker.training.backend import Backend
 from worker.training.data import Splits
+from worker.training.data.streamed import REPORT_ROWS
 from worker.training.evaluation import evaluation_report
 from worker.training.onnx_export import INPUT, OPSET, build_onnx, output_name, run_onnx
 
@@ -35,7 +36,12 @@ class ExportError(Exception):
 
 
 def held_out(splits: Splits) -> tuple[str, np.ndarray, np.ndarray]:
-    """The split the final result reports on: test, else validation, else training."""
+    """The split the final result reports on: test, else validation, else training (of a
+    streamed data set: its first REPORT_ROWS rows)."""
+    if splits.stream is not None:
+        for name in ("test", "val"):
+            if name in splits.stream.parts:
+                return (name, *splits.stream.head(name, REPORT_ROWS))
     for name, x, y in (
         ("test", splits.x_test, splits.y_test),
         ("val", splits.x_val, splits.y_val),

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from app.schemas.job_spec import JobSpec
+from app.storage.base import Store
 from worker.child.attempt import run_attempt
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
@@ -65,11 +66,14 @@ def run_spec(
     *extra: Callback,
     data_dir: Path = EMPTY_DATA_DIR,
     store: StoreCheckpoints | None = None,
+    data_store: Store | None = None,
+    placement: Placement | None = None,
 ) -> Run:
     """One attempt (resuming from workdir's checkpoint if there is one), as a job's child runs;
-    uploads are read from data_dir; with `store`, checkpoints and the model go there too."""
-    splits = load_splits(spec, data_dir)
-    backend = create_backend(spec, splits, Placement())
+    uploads are read from data_dir, sharded data sets from data_store (default the service's
+    store); with `store`, checkpoints and the model go there too."""
+    splits = load_splits(spec, data_dir, data_store)
+    backend = create_backend(spec, splits, placement or Placement())
     try:
         log = EpochLog()
         state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)

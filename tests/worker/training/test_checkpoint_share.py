@@ -9,13 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from worker.training.callbacks import TrainState
-from worker.training.checkpoint import (
-    Checkpointer,
-    _pack,
-    latest_epoch,
-    share_newest,
-    whole_checkpoints,
-)
+from worker.training.checkpoint import Checkpointer, latest_epoch, whole_checkpoints
+from worker.training.checkpoint_share import _pack, share_newest
 
 
 class FileBackend:

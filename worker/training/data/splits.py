@@ -58,9 +58,9 @@ def _preparation(
     if raw.vocab is not None:
         if how == "standard":
             raise DataError("dataset.normalize standard does not apply to token ids; use none")
-        return x_train, lambda a: a, _normalizer(x_train, None, "none")
+        return x_train, lambda a: a, normalizer(x_train, None, "none")
     x_train = x_train.astype(np.float32)
-    scale, shift = _normalizer(x_train, raw.unit_scale, how)
+    scale, shift = normalizer(x_train, raw.unit_scale, how)
 
     def prepare(a: np.ndarray) -> np.ndarray:
         return _normalize(a.astype(np.float32), scale, shift)
@@ -96,7 +96,7 @@ def _outputs(spec: JobSpec, y: np.ndarray, y_test: np.ndarray | None) -> int:
     return int(max(y.max(), y_test.max() if y_test is not None else 0)) + 1
 
 
-def _normalizer(
+def normalizer(
     x_train: np.ndarray, unit_scale: float | None, how: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scale, shift) such that (x - shift) / scale is the normalized input."""

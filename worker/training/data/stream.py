@@ -109,11 +109,28 @@ _END = object()
 
 
 def required_ram_bytes(
-    index: ShardIndex, plan: OrderPlan, prefetch_batches: int = DEFAULT_PREFETCH_BATCHES
+    index: ShardIndex,
+    plan: OrderPlan,
+    prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
+    rows: int | None = None,
 ) -> int:
     """The least `ram_bytes` a stream of this data set and plan accepts."""
-    shards = required_bytes([s.size for s in index.shards], index.rows_per_shard, plan)
-    return shards + (prefetch_batches + 2) * batch_bytes(index, plan)
+    per_shard = streamed_rows(index, rows)
+    sizes = [s.size for s in index.shards[: len(per_shard)]]
+    return required_bytes(sizes, per_shard, plan) + (prefetch_batches + 2) * batch_bytes(
+        index, plan
+    )
+
+
+def streamed_rows(index: ShardIndex, rows: int | None) -> list[int]:
+    """Rows per shard of the ids 0 .. rows - 1 (every id when None): the shards before the
+    one holding id rows - 1 whole, that one up to it, none after."""
+    if rows is None or rows >= index.rows:
+        return index.rows_per_shard
+    if rows < 1:
+        raise ValueError("a stream reads at least one sample")
+    last = int(np.searchsorted(index.starts, rows, side="left"))  # shards 0 .. last - 1
+    return [*index.rows_per_shard[: last - 1], rows - int(index.starts[last - 1])]
 
 
 def batch_bytes(index: ShardIndex, plan: OrderPlan) -> int:
@@ -137,6 +154,7 @@ class ShardStream:
         index: ShardIndex | None = None,
         prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
         fetch_workers: int = DEFAULT_FETCH_WORKERS,
+        rows: int | None = None,
     ) -> None:
         if not 0 <= rank < plan.world:
             raise ValueError(f"rank {rank} of {plan.world}")
@@ -144,7 +162,8 @@ class ShardStream:
             raise ValueError("prefetch_batches is at least 1")
         self.index = index if index is not None else read_index(store, prefix)
         self.plan, self.rank, self.prefetch_batches = plan, rank, prefetch_batches
-        needed = required_ram_bytes(self.index, plan, prefetch_batches)
+        self.rows_per_shard = streamed_rows(self.index, rows)  # the ids streamed: a head
+        needed = required_ram_bytes(self.index, plan, prefetch_batches, rows)
         if ram_bytes < needed:
             raise ShardError(
                 f"a reader of {ram_bytes} bytes cannot stream this data set: its shards "
@@ -154,7 +173,7 @@ class ShardStream:
             )
         cache_bytes = ram_bytes - (prefetch_batches + 2) * batch_bytes(self.index, plan)
         self.cache = ShardCache(store, prefix, self.index, cache_bytes, fetch_workers=fetch_workers)
-        first = EpochOrder(self.index.rows_per_shard, plan, 0)
+        first = EpochOrder(self.rows_per_shard, plan, 0)
         self.batches_per_epoch, self.dropped_per_epoch = first.batches, first.dropped
         self._stats = StreamStats()
         self._running = False
@@ -216,7 +235,7 @@ class ShardStream:
     def _uses(self, start: Position, epochs: int) -> Iterator[_Use]:
         """Every use of a shard by this rank from `start` on, in order of its first batch."""
         for epoch in range(start.epoch, epochs):
-            order = EpochOrder(self.index.rows_per_shard, self.plan, epoch)
+            order = EpochOrder(self.rows_per_shard, self.plan, epoch)
             skip = start.batch if epoch == start.epoch else 0
             for w in range(len(order.windows)):
                 lo, hi = int(order.window_starts[w]), int(order.window_starts[w + 1])
@@ -249,7 +268,7 @@ class ShardStream:
             lookahead = LOOKAHEAD_WINDOWS * self.plan.window
             exhausted = False
             for epoch in range(start.epoch, epochs):
-                order = EpochOrder(self.index.rows_per_shard, self.plan, epoch)
+                order = EpochOrder(self.rows_per_shard, self.plan, epoch)
                 first = start.batch if epoch == start.epoch else 0
                 for b in range(first, order.batches):
                     seq = self._seq(epoch, b)

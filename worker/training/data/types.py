@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
+
+from worker.training.data.stream import ShardStream
 
 
 class DataError(Exception):
     """The data set cannot be used; the message says why and what to do."""
+
+
+class StreamSource(Protocol):
+    """A sharded data set as a back-end trains on it (worker.training.data.streamed)."""
+
+    @property
+    def parts(self) -> Mapping[str, Any]:
+        """The splits it holds ("train", "val", "test"), each with its `rows`."""
+
+    def train_stream(self, world: int, rank: int, replicas: int) -> ShardStream:
+        """Rank `rank` of `world` streams' training batches, `replicas` replicas in all."""
+
+    def chunks(self, split: str, rank: int, world: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Rank `rank`'s normalized chunks of a held-out split."""
+
+    def head(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def normalize(self, x: np.ndarray) -> np.ndarray: ...
+    def prepare(self, x: np.ndarray, ids: np.ndarray, epoch: int) -> np.ndarray: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -28,6 +51,17 @@ class Splits:
     shift: np.ndarray = field(default_factory=lambda: np.asarray(np.float32(0.0)))
     fingerprint: str = ""  # sha256 of the raw arrays used (see data_fingerprint)
     vocab: int | None = None  # token data: max id + 1 over the whole upload
+    # A sharded data set: the back-end streams training batches and scores the held-out
+    # splits from it; x_train is then a small prepared sample, x_val and x_test None.
+    stream: StreamSource | None = None
+
+    @property
+    def has_val(self) -> bool:
+        return self.x_val is not None or (self.stream is not None and "val" in self.stream.parts)
+
+    @property
+    def has_test(self) -> bool:
+        return self.x_test is not None or (self.stream is not None and "test" in self.stream.parts)
 
     @property
     def input_shape(self) -> tuple[int, ...]:

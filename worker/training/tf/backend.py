@@ -30,6 +30,7 @@ from worker.training.tf.cluster import Exchange  # noqa: E402
 from worker.training.tf.graph import build_model  # noqa: E402
 from worker.training.tf.optimizers import RegistryOptimizer  # noqa: E402
 from worker.training.tf.strategy import distribute_epoch, make_strategy, thread_counts  # noqa: E402
+from worker.training.tf.streamed import StreamedTF  # noqa: E402
 
 CHUNK_STEPS = 64
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -81,6 +82,7 @@ class TFBackend:
         self._chunk = tf.function(self._chunk_single, jit_compile=xla)
         self._mirrored_chunk = tf.function(self._chunk_mirrored)
         self._eval = tf.function(self._eval_batch)
+        self.streamed = StreamedTF(self, splits.stream, xla) if splits.stream else None
 
     # -- the step -------------------------------------------------------------------------
     def _per_example(self, y: tf.Tensor, out: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -150,6 +152,8 @@ class TFBackend:
         self.optimizer.learning_rate.assign(rate)
 
     def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
+        if self.streamed is not None:
+            return self.streamed.train_epoch(state)
         x, y = self.data["train"]
         batch, samples = self.spec.training.batch_size, int(x.shape[0])
         steps = global_steps(samples, batch, self.replicas)
@@ -208,6 +212,8 @@ class TFBackend:
         return tf.reduce_sum(loss), tf.reduce_sum(metric)
 
     def evaluate(self, split: str) -> Logs:
+        if self.streamed is not None:
+            return self.streamed.evaluate(split)
         x, y = self.data[split]
         total, loss_sum, metric_sum = int(x.shape[0]), 0.0, 0.0
         for begin in range(0, total, EVAL_BATCH):
@@ -303,6 +309,8 @@ class TFBackend:
         return self.exchange.broadcast(payload, mine) if self.exchange else payload
 
     def close(self, exiting: bool = False) -> None:
+        if self.streamed is not None:
+            self.streamed.close()
         if self.exchange is not None:
             self.exchange.barrier()
         if not exiting:  # ~0.2 s that a training process about to exit need not spend

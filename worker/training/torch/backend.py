@@ -26,6 +26,7 @@ from worker.training.init import initial_weights
 from worker.training.loop import agree_on_interrupt
 from worker.training.torch import distributed
 from worker.training.torch.graph import KIT, GraphModule
+from worker.training.torch.streamed import StreamedTorch
 
 CHECK_EVERY = 32
 EVAL_BATCH = 8192
@@ -74,6 +75,7 @@ class TorchBackend:
             )
             if x is not None and y is not None
         }
+        self.streamed = StreamedTorch(self, splits.stream) if splits.stream else None
 
     def _tensor_x(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(self.device)  # the graph takes samples as stored
@@ -109,6 +111,8 @@ class TorchBackend:
         )
 
     def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
+        if self.streamed is not None:
+            return self.streamed.train_epoch(state)
         x, y = self.data["train"]
         replicas, rank = self.placement.replicas, self.placement.rank
         batch, seed = self.spec.training.batch_size, self.spec.training.seed
@@ -191,6 +195,8 @@ class TorchBackend:
 
     @torch.inference_mode()
     def evaluate(self, split: str) -> Logs:
+        if self.streamed is not None:
+            return self.streamed.evaluate(split)
         x, y = self.data[split]
         # Each rank scores its own share; sums (not means) are reduced, so the result covers
         # the whole split exactly once (P29).
@@ -264,6 +270,8 @@ class TorchBackend:
         return distributed.broadcast_bytes(payload, source, self.placement)
 
     def close(self, exiting: bool = False) -> None:
+        if self.streamed is not None:
+            self.streamed.close()
         distributed.shutdown(self.placement)  # ranks leave together, exiting or not
 
 

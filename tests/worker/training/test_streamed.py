@@ -1,0 +1,142 @@
+"""Training from a sharded data set (app.shards) in both back-ends: the streaming path trains,
+scores its held-out parts by streaming, reports its input wait, and a job killed mid-epoch
+resumes at the next sample with the losses and weights of an uninterrupted run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.domain.states import StopReason
+from app.shards.index import dataset_prefix
+from app.storage.base import Store
+from app.storage.directory import DirectoryStore
+from tests.shard_data import write_dataset
+from tests.worker.training.inprocess import Killed, make_spec, run_spec
+from worker.training.callbacks import Callback, TrainState
+
+ROWS = [60, 45, 70, 30, 55, 40]  # 300 samples in uneven shards
+FRAMEWORKS = [
+    pytest.param("pytorch", marks=pytest.mark.torch),
+    pytest.param("tensorflow", marks=pytest.mark.tf),
+]
+
+
+@pytest.fixture
+def data_store(tmp_path: Path) -> Store:
+    store = DirectoryStore(tmp_path / "store")
+    write_dataset(store, dataset_prefix("shards-1", "train"), ROWS, x_shape=(6,), classes=3)
+    write_dataset(
+        store, dataset_prefix("shards-1", "test"), [50, 30], x_shape=(6,), classes=3, seed=1
+    )
+    return store
+
+
+def spec_for(framework: str, **training: Any) -> Any:
+    return make_spec(
+        framework,
+        dataset={"id": "shards-1", "validation_split": 0.2, "normalize": "standard"},
+        model={"hidden_units": [16], "dropout": 0.3},
+        training={"epochs": 3, "batch_size": 16, **training},
+    )
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_streamed_job_trains_and_scores_its_parts(
+    framework: str, data_store: Store, tmp_path: Path
+) -> None:
+    run = run_spec(spec_for(framework), tmp_path / "job", data_store=data_store)
+    assert run.outcome.status == "succeeded", run.outcome
+    assert [row["epoch"] for row in run.rows] == [1.0, 2.0, 3.0]
+    for row in run.rows:
+        assert np.isfinite(row["train_loss"]) and np.isfinite(row["val_loss"])
+        assert row["data_wait_seconds"] >= 0
+    assert run.outcome.result["evaluated_on"] == "test"
+    assert 0 <= run.outcome.result["test_accuracy"] <= 1
+
+
+class KillAtStep(Callback):
+    """Dies after global step `step` (its checkpoint, if one was due, written)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_epoch_begin(self, state: TrainState) -> None:
+        # The Checkpointer set its hook when training began; this one wraps it.
+        inner = state.step_checkpoint
+        if inner is None or getattr(inner, "kills", False):
+            return
+
+        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
+            inner(s, mid_epoch, now)
+            if s.global_step == self.step:
+                raise Killed(f"killed after step {self.step}")
+
+        hook.kills = True  # type: ignore[attr-defined]
+        state.step_checkpoint = hook
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_killed_mid_epoch_twice_resumes_like_an_uninterrupted_run(
+    framework: str, data_store: Store, tmp_path: Path
+) -> None:
+    spec = spec_for(framework, epochs=3).model_copy(update={"checkpoint_every_steps": 4})
+    whole = run_spec(spec, tmp_path / "whole", data_store=data_store)
+    # 240 training samples in batches of 16: 15 steps an epoch; killed at steps 6 and 23
+    # (mid-epoch 1 and 2), each after a checkpoint at 4 and 20: 2 and 3 steps redone.
+    for step in (6, 23):
+        with pytest.raises(Killed):
+            run_spec(spec, tmp_path / "killed", KillAtStep(step), data_store=data_store)
+    resumed = run_spec(spec, tmp_path / "killed", data_store=data_store)
+    assert resumed.outcome.status == "succeeded"
+    assert [row["epoch"] for row in resumed.rows] == [2.0, 3.0]
+    keys = ["train_loss", "train_accuracy", "val_loss", "val_accuracy"]
+    for row, again in zip(whole.rows[1:], resumed.rows, strict=True):
+        assert [row[k] for k in keys] == [again[k] for k in keys]
+    for w, v in zip(whole.weights, resumed.weights, strict=True):
+        np.testing.assert_array_equal(w, v)
+
+
+class PreemptAt(Callback):
+    """Asks the epoch to stop (a preemption signal) once global step `step` is done."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_epoch_begin(self, state: TrainState) -> None:
+        inner = state.step_checkpoint
+        if inner is None or getattr(inner, "preempts", False):
+            return
+
+        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
+            inner(s, mid_epoch, now)
+            if s.global_step == self.step:
+                s.interrupt = StopReason.preempted
+
+        hook.preempts = True  # type: ignore[attr-defined]
+        state.step_checkpoint = hook
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_streamed_job_stopped_mid_epoch_checkpoints_there_and_goes_on(
+    framework: str, data_store: Store, tmp_path: Path
+) -> None:
+    """Between two due checkpoints: the interrupt, seen at the next check (step 32 of 60),
+    writes one where it stopped, and the next attempt starts at the sample after it."""
+    spec = spec_for(framework, epochs=2, batch_size=4)
+    spec = spec.model_copy(update={"checkpoint_every_steps": 1000})
+    whole = run_spec(spec, tmp_path / "whole", data_store=data_store)
+    stopped = run_spec(spec, tmp_path / "job", PreemptAt(20), data_store=data_store)
+    assert stopped.outcome.stop_reason == "preempted" and stopped.rows == []
+    assert stopped.state.global_step == 32
+    assert [p.name for p in (tmp_path / "job" / "checkpoints").glob("epoch-*")] == [
+        "epoch-0000-step-000000032"
+    ]
+    resumed = run_spec(spec, tmp_path / "job", data_store=data_store)
+    assert [row["epoch"] for row in resumed.rows] == [1.0, 2.0]
+    assert [r["train_loss"] for r in resumed.rows] == [r["train_loss"] for r in whole.rows]
+    for w, v in zip(whole.weights, resumed.weights, strict=True):
+        np.testing.assert_array_equal(w, v)
