@@ -1,6 +1,6 @@
 # epochal: two commands do everything on a fresh machine.
 #   make run   installs, migrates and starts API + worker on the embedded default
-#   make test  installs what tests need and runs the whole suite
+#   make test  installs what tests need and runs the suite (make test-slow: the long checks)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # it started (API, worker, training child), so two at a time fit two cores. TEST_JOBS=1: serial.
 TEST_JOBS ?= 2
 
-.PHONY: install run test lint docs bench bench-gpu gpu-smoke clean data
+.PHONY: install run test test-slow lint docs bench bench-gpu gpu-smoke clean data
 
 install: $(STAMP) data
 
@@ -41,8 +41,14 @@ run: install
 
 # With PYTHONDONTWRITEBYTECODE set (some CI images set it), each pytest worker would rewrite and
 # compile every test module and plugin again: collection took 28 s instead of 14 s here.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
 test: install
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+# The long checks (tests/conftest.py SLOW_MODULES): multi-process scenarios, the installed
+# wheels and images, accuracy and memory runs. CI runs them after `make test`.
+test-slow: install
+	$(PYTEST) -m slow $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check app worker client migrations tools tests benchmarks

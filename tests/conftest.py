@@ -33,6 +33,25 @@ from tests.storage_server import CREDENTIALS, SeaweedServer, start_seaweed
 from worker.calibration import measured_threads, record
 
 LONG_MODULES = ("tests/e2e/", "tests/packaging/", "tests/worker/training/")
+# The long checks: whole scenarios over several real processes (gangs, stops and restarts,
+# sweeps, recovery, scheduling), the installed wheels and images, and training runs long
+# enough to judge accuracy or memory. Marked `slow`: `make test` leaves them out so the suite
+# stays quick, `make test-slow` runs them, and CI runs both.
+SLOW_MODULES = (
+    "tests/packaging/",
+    "tests/e2e/test_gang.py",
+    "tests/e2e/test_up.py",
+    "tests/e2e/test_up_stop.py",
+    "tests/e2e/test_sweeps.py",
+    "tests/e2e/test_recovery.py",
+    "tests/e2e/test_multi_device.py",
+    "tests/e2e/test_scheduling.py",
+    "tests/e2e/test_store_workers.py",
+    "tests/worker/training/test_warm_start.py",
+    "tests/worker/training/test_memory_estimate.py",
+    "tests/worker/training/test_sequences.py",
+    "tests/worker/training/test_batch_norm_short.py",
+)
 # Every worker the tests start finds its box measured, with the answer of a box never measured
 # (a small TensorFlow step on one thread), so no worker spends half a minute measuring and
 # the suite behaves alike on every machine; tests/worker/test_calibration.py measures for real.
@@ -44,8 +63,13 @@ if os.environ["EPOCHAL_CACHE_DIR"] == str(MEASURED_CACHE):
             record(MEASURED_CACHE, cpus, 1, {})
 
 
+@pytest.hookimpl(tryfirst=True)  # marked before `-m` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Long modules first when tests run side by side; pytest-timeout's limits times TIME_SCALE."""
+    """The slow modules marked; long modules first when tests run side by side;
+    pytest-timeout's limits times TIME_SCALE."""
+    for item in items:
+        if item.nodeid.startswith(SLOW_MODULES):
+            item.add_marker(pytest.mark.slow)
     if PARALLEL_TESTS > 1:
         # xdist hands out whole modules (--dist loadfile) in this order: the long ones (real
         # services, packaging, in-process training) first, so the many short ones fill in
