@@ -407,3 +407,16 @@ def metric_attempts(service: Service, job_id: str) -> list[tuple[int, int]]:
             return [(int(e), int(a)) for e, a in rows]
     finally:
         engine.dispose()
+
+
+def run_cli(
+    service: Service, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`epochal ARGS` from the checkout against the live service, as a user runs it: none of
+    the tests' own EPOCHAL_ settings, the service's address and key; `timeout` is scaled."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
+    base |= {"EPOCHAL_URL": service.url, "EPOCHAL_API_KEY": service.api_key, **(env or {})}
+    argv = [sys.executable, "-m", "app.cli", *args]
+    return subprocess.run(
+        argv, cwd=ROOT, env=base, capture_output=True, text=True, timeout=scaled(timeout)
+    )

@@ -4,9 +4,7 @@ artifacts, logs, workers — on a live service (embedded default)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ import pytest
 from sklearn.datasets import load_digits
 
 from epochal_client.client import ApiError, Client
-from tests.helpers import ROOT, Service, migrate_in_subprocess, running_service, scaled
+from tests.helpers import Service, migrate_in_subprocess, run_cli, running_service, scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -31,16 +29,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 def epochal(service: Service, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
-    env |= {"EPOCHAL_URL": service.url, "EPOCHAL_API_KEY": service.api_key}
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=scaled(120),
-    )
+    return run_cli(service, *args)
 
 
 def test_upload_train_logs_download_workers(service: Service, tmp_path: Path) -> None:

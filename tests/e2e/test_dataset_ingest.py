@@ -8,9 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import pytest
 
 from epochal_client.client import Client
 from epochal_client.resumable import UploadFields, state_path, upload
-from tests.helpers import ROOT, Service, running_service, scaled, wait_until
+from tests.helpers import Service, run_cli, running_service, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -43,17 +41,7 @@ def service(pg_service_env: dict[str, str], roots: Path) -> Iterator[Service]:
 
 
 def epochal(service: Service, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
-    env |= {"EPOCHAL_URL": service.url, "EPOCHAL_API_KEY": service.api_key}
-    env["XDG_CACHE_HOME"] = str(cache)
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=scaled(120),
-    )
+    return run_cli(service, *args, env={"XDG_CACHE_HOME": str(cache)})
 
 
 def settled(service: Service, dataset_id: str) -> str:
