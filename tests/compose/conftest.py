@@ -10,7 +10,9 @@ import pytest
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)

@@ -111,6 +111,16 @@ def test_a_job_of_each_framework_trains_and_predicts(
     assert len(predictions) == len(ROWS) and all(0 <= p < 10 for p in predictions)
 
 
+def test_everything_under_data_belongs_to_the_services_user(stack: Stack) -> None:
+    """uid 10001 (the Dockerfile's `epochal`) owns the volume the api and the worker share,
+    and everything the jobs wrote in it."""
+    for service in ("api", WORKER):
+        assert stack.compose("exec", "-T", service, "id", "-u", quiet=True).strip() == "10001"
+    foreign = stack.compose("exec", "-T", WORKER, "find", "/data", "!", "-user", "10001")
+    assert foreign.strip() == ""
+    assert stack.compose("exec", "-T", WORKER, "ls", "/data/artifacts", quiet=True).split()
+
+
 def wait_epochs(stack: Stack, job_id: str, count: int) -> None:
     wait_until(lambda: len(rows(stack, job_id)) >= count, 600, f"{count} epochs of {job_id}", 1.0)
 
