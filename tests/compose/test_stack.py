@@ -51,10 +51,14 @@ def stack() -> Iterator[Stack]:
     stack = Stack.create(engine)
     try:
         stack.compose("down", "-v", "--remove-orphans", check=False)  # a run cut short
-        stack.build()
-        stack.up()
-        stack.create_key()
-        wait_until(lambda: stack.get("/v1/workers")["items"], 180, "the worker's heartbeat")
+        try:
+            stack.build()
+            stack.up()
+            stack.create_key()
+            wait_until(lambda: stack.get("/v1/workers")["items"], 180, "the worker's heartbeat")
+        except BaseException:
+            print(stack.logs())
+            raise
         yield stack
     finally:
         stack.compose("down", "-v", "--remove-orphans", check=False)

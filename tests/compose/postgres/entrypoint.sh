@@ -12,7 +12,7 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   printf '%s\n' "$POSTGRES_PASSWORD" > "$pwfile"
   chown postgres "$pwfile"
   as_postgres "$bin/initdb" -D "$PGDATA" -U "$POSTGRES_USER" --pwfile="$pwfile" \
-    --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+    --encoding=UTF8 --locale=C.UTF-8 --auth-local=trust --auth-host=scram-sha-256 >/dev/null
   rm -f "$pwfile"
   echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
   as_postgres "$bin/postgres" --single -D "$PGDATA" postgres >/dev/null <<SQL
