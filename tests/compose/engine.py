@@ -119,7 +119,7 @@ def stop() -> None:
         pid = int(PIDFILE.read_text().strip() or 0)
         try:
             os.kill(pid, signal.SIGTERM)
-            while Path(f"/proc/{pid}").exists():
+            while running(pid):
                 time.sleep(0.1)
         except ProcessLookupError:
             pass
@@ -128,6 +128,21 @@ def stop() -> None:
         point = mount.split()[1]
         if point.startswith((str(CACHE), str(EXEC_ROOT))):
             subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` still runs: reaped here when this process started it (else it stays a
+    zombie), and a zombie of another parent counts as ended."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def build_base(engine: Engine) -> None:

@@ -85,7 +85,7 @@ class Stack:
         return str(state.get("Health", {}).get("Status", state["Status"]))
 
     def create_key(self) -> str:
-        out = self.compose("exec", "-T", "api", "epochal", "keys", "create", "compose-test")
+        out = self.compose("exec", "-T", "api", "epochal", "keys", "create", "test", quiet=True)
         self.api_key = out.split()[-1]
         return self.api_key
 
