@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # it started (API, worker, training child), so two at a time fit two cores. TEST_JOBS=1: serial.
 TEST_JOBS ?= 2
 
-.PHONY: install run test test-slow lint docs bench bench-gpu gpu-smoke clean data
+.PHONY: install run test test-slow test-compose lint docs bench bench-gpu gpu-smoke clean data
 
 install: $(STAMP) data
 
@@ -43,12 +43,18 @@ run: install
 # compile every test module and plugin again: collection took 28 s instead of 14 s here.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
 test: install
-	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow and not compose" $(PYTEST_ARGS)
 
 # The long checks (tests/conftest.py SLOW_MODULES): multi-process scenarios, the installed
 # wheels and images, accuracy and memory runs. CI runs them after `make test`.
 test-slow: install
-	$(PYTEST) -m slow $(PYTEST_ARGS)
+	$(PYTEST) -m "slow and not compose" $(PYTEST_ARGS)
+
+# The deployment (tests/compose): a Docker engine of its own (docker.io, docker-compose and
+# mmdebstrap come from apt when missing), the images built from the Dockerfile and the stack
+# run by docker-compose. Minutes long and root only, so a step of its own, not part of `test`.
+test-compose: install
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m compose tests/compose -x $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check app worker client migrations tools tests benchmarks

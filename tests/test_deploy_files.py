@@ -27,7 +27,9 @@ SECOND_BOX = {"EPOCHAL_MAIN_HOST": "10.0.0.5", "EPOCHAL_DATA": "/mnt/epochal"}
 
 
 def run_config(
-    file: str = "docker-compose.yml", env: dict[str, str] | None = None, profile: str | None = None
+    file: str | tuple[str, ...] = "docker-compose.yml",
+    env: dict[str, str] | None = None,
+    profile: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     if shutil.which("docker-compose") is None:
         if os.environ.get("EPOCHAL_REQUIRE_COMPOSE"):
@@ -36,11 +38,11 @@ def run_config(
     """`docker-compose config` with exactly `env` for the variables the files read."""
     prefixes = ("EPOCHAL_", "POSTGRES_", "REDIS_")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    files = (file,) if isinstance(file, str) else file
     return subprocess.run(
         [
             "docker-compose",
-            "-f",
-            str(ROOT / file),
+            *(arg for name in files for arg in ("-f", str(ROOT / name))),
             *(["--profile", profile] if profile else []),
             "config",
         ],  # fmt: skip
@@ -52,7 +54,9 @@ def run_config(
 
 
 def compose_config(
-    file: str = "docker-compose.yml", env: dict[str, str] | None = None, profile: str | None = None
+    file: str | tuple[str, ...] = "docker-compose.yml",
+    env: dict[str, str] | None = None,
+    profile: str | None = None,
 ) -> dict[str, Any]:
     out = run_config(file, PASSWORDS | (env or {}), profile)
     assert out.returncode == 0, out.stderr
@@ -304,3 +308,58 @@ def test_the_tls_profile_serves_a_certificate_of_your_own_or_caddys() -> None:
     assert "tls" not in caddy_json(default["environment"])["apps"]  # automatic: nothing forced
     public = caddy_json({"EPOCHAL_DOMAIN": "epochal.example.com", "EPOCHAL_TLS": ""})
     assert "tls" not in public["apps"]
+
+
+CPU_BOX = ("docker-compose.yml", "docker-compose.cpu.yml")
+
+
+def test_a_box_without_a_gpu_runs_a_cpu_worker_instead_of_the_gpu_one() -> None:
+    """docker-compose.cpu.yml (README, DEPLOY.md): the GPU worker moves under a profile (an
+    override cannot empty its device reservation), and `worker-cpu` reserves nothing, is built
+    with DEVICE=cpu, and shares everything else with the API and the GPU worker."""
+    services = compose_config(CPU_BOX)["services"]
+    gpu, cpu, api = services["worker"], services["worker-cpu"], services["api"]
+    assert gpu["profiles"] == ["gpu"] and "profiles" not in cpu
+    assert "deploy" not in cpu
+    assert cpu["build"]["args"] == {"DEVICE": "cpu"} and cpu["build"]["target"] == "worker"
+    assert cpu["image"] != gpu["image"]  # the two builds never overwrite each other's tag
+    assert (
+        cpu["environment"]["EPOCHAL_WORKER_GPUS"]
+        == cpu["environment"]["CUDA_VISIBLE_DEVICES"]
+        == ""
+    )
+    shared = {k: v for k, v in gpu["environment"].items() if "GPUS" not in k and "CUDA" not in k}
+    assert {k: cpu["environment"][k] for k in shared} == shared == api["environment"]
+    for key in ("volumes", "stop_grace_period", "shm_size", "ulimits", "depends_on", "restart"):
+        assert cpu[key] == gpu[key], key
+    assert cpu["command"][-1] not in {
+        s["command"][-1] for n, s in services.items() if n != "worker-cpu" and "command" in s
+    }
+
+
+def test_the_cpu_worker_image_installs_the_cpu_builds_of_both_frameworks() -> None:
+    """DEVICE=cpu: tensorflow-cpu at the version the GPU image pins, PyTorch from PyTorch's CPU
+    index by default; WHEELS names a folder of the build context pip prefers (an offline box)."""
+    worker = dockerfile_stage("worker")
+    assert re.search(r"^ARG DEVICE=cuda$", worker, re.M)  # the GPU image stays the default
+    assert "ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu" in worker
+    assert re.search(r"^COPY \$\{WHEELS\}/ /wheels/$", worker, re.M)
+    assert (ROOT / "requirements" / "wheels").is_dir()  # the default WHEELS: no wheel in git
+    requirement = (ROOT / "requirements" / "worker-tensorflow.txt").read_text()
+    cpu = (ROOT / "requirements" / "worker-tensorflow-cpu.txt").read_text()
+    version = re.search(r"^tensorflow\[and-cuda\]==(\S+)$", requirement, re.M)
+    assert version and f"tensorflow-cpu=={version.group(1)}" in cpu.splitlines()
+    assert "nvidia" not in cpu and "and-cuda" not in cpu
+    others = [
+        line
+        for line in requirement.splitlines()
+        if line and not line.startswith(("#", "tensorflow"))
+    ]
+    assert all(line in cpu.splitlines() for line in others)
+
+
+def test_the_api_health_check_answers_within_seconds() -> None:
+    """`up` and `depends_on: service_healthy` wait on it: not Docker's 30 s default interval."""
+    api = dockerfile_stage("api")
+    check = re.search(r"^HEALTHCHECK --interval=(\d+)s .*/healthz", api, re.M)
+    assert check and int(check.group(1)) <= 10
