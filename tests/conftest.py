@@ -51,6 +51,14 @@ SLOW_MODULES = (
     "tests/worker/training/test_memory_estimate.py",
     "tests/worker/training/test_sequences.py",
     "tests/worker/training/test_batch_norm_short.py",
+    "tests/worker/training/test_parity.py",
+    "tests/worker/training/test_replicas.py",
+    "tests/worker/training/test_streamed_ranks.py",
+    "tests/worker/test_threads.py",
+    "tests/e2e/test_docs_run.py",
+    "tests/e2e/test_hostile_load.py",
+    "tests/e2e/test_db_faults.py",
+    "tests/e2e/test_broker_restart.py",
 )
 # Every worker the tests start finds its box measured, with the answer of a box never measured
 # (a small TensorFlow step on one thread), so no worker spends half a minute measuring and

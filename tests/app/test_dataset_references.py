@@ -137,11 +137,13 @@ def test_a_prefix_in_the_s3_store_under_its_data_prefix(
             assert code == 422 and why in refused["detail"], (source, refused)
 
 
-def test_a_format_the_ingest_cannot_read_fails_it(
+def test_a_format_the_ingest_cannot_read_is_a_422_naming_the_formats(
     client: TestClient, roots: tuple[Path, Path]
 ) -> None:
     body = {"source": str(roots[0] / "small.npz"), "format": "nosuchformat"}
-    created = client.post("/v1/datasets/references", json=body).json()
-    assert run_ingest(created["id"]) == "failed"
-    shown = client.get(f"/v1/datasets/{created['id']}").json()
-    assert shown["status"] == "failed" and shown["error"]
+    response = client.post("/v1/datasets/references", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["errors"][0]
+    assert error["field"] == "format", error
+    assert "'nosuchformat' is not one of csv, image_folder, npy, npz, parquet" in error["msg"]
+    assert client.get("/v1/datasets").json()["items"] == []  # nothing was registered
