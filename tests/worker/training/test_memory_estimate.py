@@ -71,10 +71,11 @@ def estimated(layers: list[Any], shape: list[int], framework: str) -> int:
     return 2 * BATCH * graph.kept_per_sample(framework) * FLOAT32
 
 
-def off(name: str, peak: int, framework: str) -> str | None:
-    """Why the case's estimate is off (None: within 0.5×–2× of the measured peak)."""
+def off(name: str, peak: int, framework: str, over: bool = True) -> str | None:
+    """Why the case's estimate is off (None: within 0.5×–2× of the measured peak; with
+    over=False, only never under half of it)."""
     estimate = estimated(*CASES[name], framework)
-    if 0.5 * peak <= estimate <= 2 * peak:
+    if 0.5 * peak <= estimate and (estimate <= 2 * peak or not over):
         return None
     return f"{name}: estimated {estimate / 2**20:.2f} MiB, measured {peak / 2**20:.2f} MiB"
 
@@ -88,9 +89,12 @@ def test_pytorch_the_estimate_lies_within_half_and_twice_a_real_steps_peak(name:
 
 
 @pytest.mark.tf
-def test_tensorflow_the_estimate_lies_within_half_and_twice_a_real_steps_peak() -> None:
-    """One process for all: TensorFlow's step gives its buffers back (memory_probe_tf)."""
+def test_tensorflow_the_estimate_is_never_under_half_a_real_steps_peak() -> None:
+    """One process for all: TensorFlow's step gives its buffers back (memory_probe_tf). Only
+    the lower bound, which admission stands on: TensorFlow's CPU step can run its second call
+    in buffers the first one kept, so the process grows by less than the step holds (a
+    recurrence's growth was seen at 0), and an over-estimate cannot be told from that."""
     peaks = measured("memory_probe_tf", list(CASES.values()))
     assert len(peaks) == len(CASES)
-    wrong = [off(name, peak, "tensorflow") for name, peak in zip(CASES, peaks, strict=True)]
+    wrong = [off(n, peak, "tensorflow", over=False) for n, peak in zip(CASES, peaks, strict=True)]
     assert not [why for why in wrong if why], wrong
