@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image
 
 from app.shards.ingest.base import Color, IngestError
+from epochal_client.predict_images import fit
 
 IMAGE_FORMATS = ("JPEG", "PNG")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -55,22 +56,8 @@ class ImageFitter:
                 )
             self.size = (height, width)
         image = image.convert("L" if self.color == "grayscale" else "RGB")
-        image = fit(image, self.size)
+        image = fit(image, *self.size)  # as `epochal predict` fits an image file
         return np.asarray(image, dtype=np.uint8).reshape(self.shape)
-
-
-def fit(image: Image.Image, size: tuple[int, int]) -> Image.Image:
-    """The image at (height, width) `size`: scaled so it covers the size, then centre-cropped."""
-    height, width = size
-    w0, h0 = image.size
-    if (h0, w0) == (height, width):
-        return image
-    scale = max(height / h0, width / w0)
-    new_w, new_h = max(width, round(w0 * scale)), max(height, round(h0 * scale))
-    if (new_w, new_h) != (w0, h0):
-        image = image.resize((new_w, new_h), Image.Resampling.BILINEAR)
-    left, top = (new_w - width) // 2, (new_h - height) // 2
-    return image.crop((left, top, left + width, top + height))
 
 
 def read_bytes(path: Path, name: str, record: int) -> bytes:
