@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,31 @@ EMPTY_DATA_DIR = Path("/nonexistent-epochal-data")  # built-ins come from /usr/s
 
 class Killed(Exception):
     """Stands in for a SIGKILL between two epochs."""
+
+
+class KillAtStep(Callback):
+    """After global step `step` (its checkpoint, if one was due, written), `die()`: by default
+    raise Killed; a rank run as its own process passes a real SIGKILL."""
+
+    def __init__(self, step: int, die: Callable[[], None] | None = None) -> None:
+        self.step, self.die = step, die or self._raise
+
+    def _raise(self) -> None:
+        raise Killed(f"killed after step {self.step}")
+
+    def on_epoch_begin(self, state: TrainState) -> None:
+        # The Checkpointer set its hook when training began; this one wraps it, once.
+        inner = state.step_checkpoint
+        if inner is None or getattr(inner, "kills", False):
+            return
+
+        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
+            inner(s, mid_epoch, now)
+            if s.global_step == self.step:
+                self.die()
+
+        hook.kills = True  # type: ignore[attr-defined]
+        state.step_checkpoint = hook
 
 
 class KillBefore(Callback):

@@ -20,10 +20,9 @@ from typing import Any
 import numpy as np
 
 from app.storage.directory import DirectoryStore
-from tests.worker.training.inprocess import make_spec, run_spec
+from tests.worker.training.inprocess import KillAtStep, make_spec, run_spec
 from worker.child.launch import exit_now
 from worker.training.backend import Placement
-from worker.training.callbacks import Callback, TrainState
 from worker.training.data.stream import Batch
 
 SPEC: dict[str, Any] = {
@@ -32,24 +31,6 @@ SPEC: dict[str, Any] = {
     "training": {"epochs": 2, "batch_size": 16},
     "checkpoint_every_steps": 4,
 }
-
-
-class KillAt(Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_epoch_begin(self, state: TrainState) -> None:
-        inner = state.step_checkpoint
-        if inner is None or getattr(inner, "kills", False):
-            return
-
-        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
-            inner(s, mid_epoch, now)
-            if s.global_step == self.step:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        hook.kills = True  # type: ignore[attr-defined]
-        state.step_checkpoint = hook
 
 
 def main(
@@ -73,7 +54,8 @@ def main(
     placement = Placement(
         replicas=replicas, rank=rank, threads=1 if framework == "pytorch" else None
     )
-    extra = [KillAt(kill)] if kill is not None else []
+    sigkill = lambda: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731
+    extra = [KillAtStep(kill, sigkill)] if kill is not None else []
     run = run_spec(spec, workdir, *extra, data_store=DirectoryStore(store), placement=placement)
     if rank == 0:
         (workdir / f"rows-{attempt}.json").write_text(json.dumps(run.rows))

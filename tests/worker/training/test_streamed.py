@@ -15,7 +15,7 @@ from app.shards.index import dataset_prefix
 from app.storage.base import Store
 from app.storage.directory import DirectoryStore
 from tests.shard_data import write_dataset
-from tests.worker.training.inprocess import Killed, make_spec, run_spec
+from tests.worker.training.inprocess import KillAtStep, Killed, make_spec, run_spec
 from worker.training.callbacks import Callback, TrainState
 
 ROWS = [60, 45, 70, 30, 55, 40]  # 300 samples in uneven shards
@@ -56,27 +56,6 @@ def test_a_streamed_job_trains_and_scores_its_parts(
         assert row["data_wait_seconds"] >= 0
     assert run.outcome.result["evaluated_on"] == "test"
     assert 0 <= run.outcome.result["test_accuracy"] <= 1
-
-
-class KillAtStep(Callback):
-    """Dies after global step `step` (its checkpoint, if one was due, written)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_epoch_begin(self, state: TrainState) -> None:
-        # The Checkpointer set its hook when training began; this one wraps it.
-        inner = state.step_checkpoint
-        if inner is None or getattr(inner, "kills", False):
-            return
-
-        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
-            inner(s, mid_epoch, now)
-            if s.global_step == self.step:
-                raise Killed(f"killed after step {self.step}")
-
-        hook.kills = True  # type: ignore[attr-defined]
-        state.step_checkpoint = hook
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
