@@ -29,6 +29,7 @@ from app.core.config import get_settings
 from app.core.db import reset_engines
 from app.domain.keys import KEYS
 from app.services.queue import producer
+from app.storage.health import store_watch
 from app.storage.registry import get_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +107,7 @@ def run_async(main: Coroutine[Any, Any, Any]) -> Any:
 def clear_caches() -> None:
     get_settings.cache_clear()
     get_store.cache_clear()
+    store_watch.cache_clear()
     producer.cache_clear()
     reset_engines()
     KEYS.clear()

@@ -150,11 +150,15 @@ class ArtifactsPublic(BaseModel):
 
 
 class Readiness(BaseModel):
-    """GET /readyz: the process can serve (both ok), or which dependency it cannot reach."""
+    """GET /readyz: the process can serve (database and broker ok), or which dependency it
+    cannot reach; the store's state is shown and does not make the process unready."""
 
     status: Literal["ok", "unavailable"]
     database: Literal["ok", "unreachable"] | None = None
     broker: Literal["ok", "unreachable"] | None = None
+    store: Literal["ok", "unavailable", "error", "unknown"] | None = Field(
+        None, description="unavailable: down or throttling; error: refused (bucket, credentials)"
+    )
 
 
 class DevicePublic(BaseModel):

@@ -64,7 +64,10 @@ class DirectoryStore:
         self.root = root.expanduser().resolve()
 
     @classmethod
-    def from_url(cls, url: str, endpoint: str | None = None) -> DirectoryStore:
+    def from_url(
+        cls, url: str, endpoint: str | None = None, *, quick: bool = False
+    ) -> DirectoryStore:
+        """quick is the same store: a local directory answers at once or fails at once."""
         parsed = urlparse(url)
         if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
             raise ValueError(f"not a local file URL: {url!r}")

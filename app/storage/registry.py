@@ -1,7 +1,8 @@
 """Which store a URL names: its scheme picks the back-end module (imported only when used).
 
-Adding a back-end is adding a module with a class that has `from_url(url, endpoint)` and
-satisfies app.storage.base.Store, and one line here.
+Adding a back-end is adding a module with a class that has `from_url(url, endpoint, quick=)`
+(quick: one try with short timeouts, for a probe) and satisfies app.storage.base.Store, and
+one line here.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ BACKENDS = {  # URL scheme -> "module:class"
 }
 
 
-def open_store(url: str, endpoint: str | None = None) -> Store:
-    """The store `url` names (file:///path or s3://bucket/prefix)."""
+def open_store(url: str, endpoint: str | None = None, *, quick: bool = False) -> Store:
+    """The store `url` names (file:///path or s3://bucket/prefix); quick: for a probe."""
     scheme = urlparse(url).scheme
     if scheme not in BACKENDS:
         raise ValueError(f"no store for {scheme or 'a URL without a scheme'}: {sorted(BACKENDS)}")
     module, name = BACKENDS[scheme].split(":")
-    store: Store = getattr(importlib.import_module(module), name).from_url(url, endpoint)
+    store: Store = getattr(importlib.import_module(module), name).from_url(
+        url, endpoint, quick=quick
+    )
     return store
 
 

@@ -103,10 +103,20 @@ class S3Store:
         )
 
     @classmethod
-    def from_url(cls, url: str, endpoint: str | None = None) -> S3Store:
+    def from_url(cls, url: str, endpoint: str | None = None, *, quick: bool = False) -> S3Store:
+        """quick: one try with short timeouts (a probe), instead of retrying for a caller."""
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise ValueError(f"not an s3://bucket/prefix URL: {url!r}")
+        if quick:
+            return cls(
+                parsed.netloc,
+                parsed.path,
+                endpoint,
+                attempts=1,
+                connect_timeout=2.0,
+                read_timeout=5.0,
+            )
         return cls(parsed.netloc, parsed.path, endpoint)
 
     @property

@@ -10,18 +10,20 @@ from app.api.probes import bounded
 from app.core.db import session_factory
 from app.schemas.resources import Readiness
 from app.services.queue import broker_reachable
+from app.storage.health import store_watch
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", operation_id="healthz")
 async def healthz() -> dict[str, str]:
-    """The process is up."""
-    return {"status": "ok"}
+    """The process is up; `store`: the store's state at its last probe (never waited for)."""
+    return {"status": "ok", "store": store_watch().last().status}
 
 
 def _checks() -> dict[str, str]:
-    checks = {"database": "ok", "broker": "ok"}
+    store: str = store_watch().refresh().status
+    checks = {"database": "ok", "broker": "ok", "store": store}
     try:
         with session_factory()() as session:
             session.execute(text("SELECT 1"))
@@ -44,6 +46,8 @@ def _checks() -> dict[str, str]:
 async def readyz() -> dict[str, str] | JSONResponse:
     """The database and the broker are reachable."""
     checks = await bounded(_checks)
-    if any(v != "ok" for v in checks.values()):
+    # The store is shown, not required: job reads, submissions and training go on without it,
+    # and what needs it (downloads, predictions) answers 503 with Retry-After by itself.
+    if checks["database"] != "ok" or checks["broker"] != "ok":
         return JSONResponse(status_code=503, content={"status": "unavailable", **checks})
     return {"status": "ok", **checks}

@@ -16,11 +16,13 @@ from app.api.errors import documented
 from app.api.probes import bounded
 from app.core.config import get_settings
 from app.observability.db_collector import DatabaseCollector
+from app.observability.store_collector import StoreCollector
 from app.observability.telemetry import LOCAL
 
 router = APIRouter(tags=["health"])
-DATABASE = CollectorRegistry(auto_describe=False)
-DATABASE.register(DatabaseCollector())
+SHARED = CollectorRegistry(auto_describe=False)  # read at scrape time from what processes share
+SHARED.register(DatabaseCollector())
+SHARED.register(StoreCollector())
 scraper = HTTPBearer(
     auto_error=False,
     scheme_name="MetricsToken",
@@ -54,7 +56,7 @@ def check_token(
 
 
 def _scrape() -> bytes:
-    return generate_latest(_process_registry()) + generate_latest(DATABASE)
+    return generate_latest(_process_registry()) + generate_latest(SHARED)
 
 
 @router.get(
@@ -72,5 +74,6 @@ def _scrape() -> bytes:
     },
 )
 async def read_metrics() -> Response:
-    """Prometheus text format: jobs, queue, epochs, workers (from the DB) and request latency."""
+    """Prometheus text format: jobs, queue, epochs, workers (from the DB), the store's state
+    and request latency."""
     return Response(await bounded(_scrape), media_type=CONTENT_TYPE_LATEST)
