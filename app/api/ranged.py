@@ -8,12 +8,12 @@ store that is down fails the request with a 503 (app.api.errors), not a cut-off 
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
+from collections.abc import Mapping
 
 from fastapi import HTTPException
-from fastapi.responses import StreamingResponse
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from app.storage.base import Store
+from app.storage.base import Store, attachment
 
 ONE_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -44,14 +44,6 @@ def _unsatisfiable(size: int) -> HTTPException:
     return HTTPException(416, "range not satisfiable", headers={"Content-Range": f"bytes */{size}"})
 
 
-def attachment(filename: str) -> str:
-    """A Content-Disposition that names the file (RFC 6266, UTF-8 when not plain ASCII)."""
-    quoted = quote(filename)
-    if quoted != filename:
-        return f"attachment; filename*=utf-8''{quoted}"
-    return f'attachment; filename="{filename}"'
-
-
 def stream_object(
     store: Store,
     key: str,
@@ -75,3 +67,23 @@ def stream_object(
     body = store.iter_bytes(key, start, end)
     status = 200 if wanted is None else 206
     return StreamingResponse(body, status_code=status, media_type=media_type, headers=headers)
+
+
+def download(
+    store: Store,
+    key: str,
+    size: int,
+    request_headers: Mapping[str, str],
+    media_type: str,
+    filename: str,
+    presign_seconds: int = 0,
+) -> Response:
+    """stream_object, or with presign_seconds > 0 and a store that can sign one, a 307 to a
+    URL of the store (the client sends its Range again there; its API key does not go along:
+    clients drop Authorization on a redirect to another origin)."""
+    if presign_seconds > 0:
+        url = store.presigned_get(key, presign_seconds, filename, media_type)
+        if url is not None:
+            return RedirectResponse(url, status_code=307, headers={"Cache-Control": "no-store"})
+    range_header, if_range = request_headers.get("range"), request_headers.get("if-range")
+    return stream_object(store, key, size, range_header, media_type, filename, if_range)

@@ -47,6 +47,14 @@ class Settings(BaseSettings):
         pattern=r"^https?://",
         description="The S3 API's address for a store other than AWS (SeaweedFS, MinIO).",
     )
+    store_presign_seconds: int = Field(
+        0,
+        ge=0,
+        le=7 * 86_400,
+        description="With an S3 store, > 0: model downloads answer 307 to a URL of the store "
+        "signed for this many seconds, so the bytes do not pass through the API (clients must "
+        "reach EPOCHAL_STORE_ENDPOINT); 0: the API streams them.",
+    )
     store_wait_seconds: float = Field(
         300.0,
         gt=0,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import quote
 
 CHUNK_BYTES = 1024 * 1024  # what a streaming read yields at a time
 # S3's floor for every part but the last; the directory store enforces it too, so code that
@@ -110,6 +111,20 @@ class Store(Protocol):
     def list_uploads(self, prefix: str = "") -> list[UploadInfo]:
         """The open multipart uploads of keys under `prefix`."""
         ...
+
+    def presigned_get(self, key: str, seconds: int, filename: str, media_type: str) -> str | None:
+        """A URL anyone holding it may GET `key` from for `seconds`, served as an attachment
+        named `filename`; None when this store cannot hand one out (a directory)."""
+        ...
+
+
+def attachment(filename: str) -> str:
+    """A Content-Disposition that names the file (RFC 6266, UTF-8 when not plain ASCII): what
+    the API sends with a download, and what a presigned URL asks the store to send."""
+    quoted = quote(filename)
+    if quoted != filename:
+        return f"attachment; filename*=utf-8''{quoted}"
+    return f'attachment; filename="{filename}"'
 
 
 def check_key(key: str) -> str:

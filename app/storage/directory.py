@@ -211,6 +211,9 @@ class DirectoryStore:
     def abort_upload(self, key: str, upload_id: str) -> None:
         shutil.rmtree(self._open_upload(key, upload_id), ignore_errors=True)
 
+    def presigned_get(self, key: str, seconds: int, filename: str, media_type: str) -> str | None:
+        return None  # a folder has no URL of its own: the API serves its bytes
+
     def list_uploads(self, prefix: str = "") -> list[UploadInfo]:
         check_prefix(prefix)
         out = []

@@ -337,7 +337,9 @@ class Client(SweepMethods):
         target = Path(path)
         url = f"/v1/jobs/{job_id}/artifacts/{route}"
         try:
-            with self._http.stream("GET", url) as response:
+            # follow_redirects: a server may send a download to its store's signed URL (httpx
+            # does not carry the API key to another origin).
+            with self._http.stream("GET", url, follow_redirects=True) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise self._error(response)

@@ -51,6 +51,8 @@ def test_each_operation_lists_what_it_answers(name: str) -> None:
         if int(status) >= 400:  # what the server sends: a Problem, as problem+json
             schema = response["content"][PROBLEM]["schema"]
             assert schema == {"$ref": "#/components/schemas/Problem"}, (status, response)
+        elif 300 <= int(status) < 400:  # a redirect: where to, in its Location header
+            assert response["headers"]["Location"]["schema"], (status, response)
         elif status != "204":
             assert response.get("content"), (status, response)
             assert all(media.get("schema") for media in response["content"].values())

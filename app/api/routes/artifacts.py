@@ -13,11 +13,11 @@ import re
 from pathlib import Path, PurePosixPath
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from app.api.deps import JobDep, SessionDep
 from app.api.errors import documented
-from app.api.ranged import stream_object
+from app.api.ranged import download
 from app.core.config import get_settings
 from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles, job_key
 from app.domain.states import JobStatus
@@ -37,6 +37,11 @@ EXPORTS = {
 }
 # A download's 200: bytes (generated clients get them as they are, not parsed)
 BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+PRESIGNED = {
+    "description": "EPOCHAL_STORE_PRESIGN_SECONDS is set: `Location` is a URL of the store, "
+    "signed for that long, that serves the same bytes (ranges too)",
+    "headers": {"Location": {"schema": {"type": "string", "format": "uri"}}},
+}
 CHECKPOINT_NAME = re.compile(r"^epoch-(\d{1,9})$")
 
 
@@ -130,12 +135,13 @@ def read_artifacts(session: SessionDep, job: JobDep) -> ArtifactsPublic:
     responses={
         200: {"content": BINARY, "description": "the model file"},
         206: {"content": BINARY, "description": "the byte range the Range header asked for"},
+        307: PRESIGNED,
         404: documented("no such job, or no model yet"),
         416: documented("the Range header starts past the end of the model"),
         503: documented("the database or the store is unavailable; retry after `Retry-After`"),
     },
 )
-def download_model(job: JobDep, request: Request) -> StreamingResponse:
+def download_model(job: JobDep, request: Request) -> Response:
     """The trained model: PyTorch state_dict (`model.pt`) or a Keras file (`model.keras`),
     streamed from the store; a `Range: bytes=a-b` header gets that part (206)."""
     # Only a succeeded job's model is whole: the file is written before the job is marked done.
@@ -144,14 +150,14 @@ def download_model(job: JobDep, request: Request) -> StreamingResponse:
         raise HTTPException(404, f"job {job.id} has no model (status {job.status})")
     suffix = PurePosixPath(found.key).suffix
     try:
-        return stream_object(
+        return download(
             get_store(),
             found.key,
             found.size,
-            request.headers.get("range"),
+            request.headers,
             "application/octet-stream",
             _download_name(job, suffix),
-            request.headers.get("if-range"),
+            get_settings().store_presign_seconds,
         )
     except ObjectNotFound:  # deleted (the job too, or retention) since it was found
         raise HTTPException(404, f"job {job.id} has no model any more") from None
@@ -173,21 +179,21 @@ def _download_name(job: Job, suffix: str) -> str:
     return f"{safe_name}-{job.id[:8]}{suffix}"
 
 
-def _serve_export(job: Job, kind: str, request: Request) -> StreamingResponse:
+def _serve_export(job: Job, kind: str, request: Request) -> Response:
     found = stored_export(job, kind)
     name, _, media_type = EXPORTS[kind]
     if found is None:
         raise HTTPException(404, f"job {job.id} has no {name} (status {job.status})")
     suffix = "-model-card.json" if kind == "model_card" else PurePosixPath(name).suffix
     try:
-        return stream_object(
+        return download(
             get_store(),
             found.key,
             found.size,
-            request.headers.get("range"),
+            request.headers,
             media_type,
             _download_name(job, suffix),
-            request.headers.get("if-range"),
+            get_settings().store_presign_seconds,
         )
     except ObjectNotFound:  # deleted (the job too, or retention) since it was found
         raise HTTPException(404, f"job {job.id} has no {name} any more") from None
@@ -200,12 +206,13 @@ def _serve_export(job: Job, kind: str, request: Request) -> StreamingResponse:
     responses={
         200: {"content": BINARY, "description": "model.onnx"},
         206: {"content": BINARY, "description": "the byte range the Range header asked for"},
+        307: PRESIGNED,
         404: documented("no such job, or no exported model"),
         416: documented("the Range header starts past the end of the file"),
         503: documented("the database or the store is unavailable; retry after `Retry-After`"),
     },
 )
-def download_onnx(job: JobDep, request: Request) -> StreamingResponse:
+def download_onnx(job: JobDep, request: Request) -> Response:
     """The portable model (`model.onnx`): raw inputs in, the job's normalization inside."""
     return _serve_export(job, "onnx", request)
 
@@ -219,10 +226,11 @@ def download_onnx(job: JobDep, request: Request) -> StreamingResponse:
             "content": {"application/json": {"schema": {"type": "object"}}},
             "description": "model-card.json",
         },
+        307: PRESIGNED,
         404: documented("no such job, or no exported model"),
         503: documented("the database or the store is unavailable; retry after `Retry-After`"),
     },
 )
-def download_model_card(job: JobDep, request: Request) -> StreamingResponse:
+def download_model_card(job: JobDep, request: Request) -> Response:
     """`model-card.json`: input shape and dtype, normalization, classes, spec, data checksum."""
     return _serve_export(job, "model_card", request)

@@ -9,11 +9,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from app.core.config import get_settings
 from app.domain.states import JobStatus
 from app.storage.registry import get_store
+from epochal_client import Client
 from tests.app.test_artifacts import job_with_files
 from tests.conftest import make_key
 from tests.helpers import clear_caches, free_port, scaled
@@ -101,3 +104,49 @@ def test_a_missing_model_is_404_on_both(client: TestClient, tmp_path: Path) -> N
     job_id, files = job_with_files(client, JobStatus.succeeded)
     files.model("pytorch").unlink()
     assert client.get(f"/v1/jobs/{job_id}/artifacts/model").status_code == 404
+
+
+def test_presigned_downloads_redirect_to_the_store(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """EPOCHAL_STORE_PRESIGN_SECONDS: an S3 store's bytes come from the store itself, by a
+    signed URL (ranges too), and the client follows without sending its key there; a
+    directory store cannot sign, so the API streams as before."""
+    monkeypatch.setenv("EPOCHAL_STORE_PRESIGN_SECONDS", "60")
+    get_settings.cache_clear()
+    job_id = job_with_model(client)
+    url = f"/v1/jobs/{job_id}/artifacts/model"
+    answer = client.get(url, follow_redirects=False)
+    if get_store().presigned_get("x", 1, "x", "x") is None:  # the directory
+        assert answer.status_code == 200 and answer.content == MODEL
+        return
+    assert answer.status_code == 307 and answer.headers["cache-control"] == "no-store"
+    location = answer.headers["location"]
+    assert location.startswith(os.environ["EPOCHAL_STORE_ENDPOINT"]) and "Signature" in location
+    whole = httpx.get(location)
+    assert whole.status_code == 200 and whole.content == MODEL
+    assert whole.headers["content-disposition"].endswith('.pt"')
+    part = httpx.get(location, headers={"Range": "bytes=10-19"})
+    assert part.status_code == 206 and part.content == MODEL[10:20]
+    assert httpx.get(location.replace("Signature=", "Signature=0")).status_code == 403  # signed
+    # The client follows the redirect; the store never sees the API key.
+    seen: list[httpx.Request] = []
+    routed = Routed(client._transport, seen)
+    with Client("http://testserver", client.headers["Authorization"][7:], transport=routed) as c:
+        saved = c.download_model(job_id, tmp_path)
+    assert saved.read_bytes() == MODEL and saved.suffix == ".pt"
+    assert [r.url.host for r in seen] == ["127.0.0.1"]
+    assert "authorization" not in seen[0].headers
+
+
+class Routed(httpx.BaseTransport):
+    """The app for testserver, the network for the rest (recorded)."""
+
+    def __init__(self, app: httpx.BaseTransport, seen: list[httpx.Request]) -> None:
+        self.app, self.network, self.seen = app, httpx.HTTPTransport(), seen
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.host == "testserver":
+            return self.app.handle_request(request)
+        self.seen.append(request)
+        return self.network.handle_request(request)

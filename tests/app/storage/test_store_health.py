@@ -72,9 +72,7 @@ def test_probes_and_metrics_show_the_store(
         assert ready.status_code == 200, ready.text
         assert ready.json()["store"] == expected
         assert client.get("/healthz").json() == {"status": "ok", "store": expected}
-        families = {
-            f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)
-        }
+        families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
     assert families["epochal_store_up"].samples[0].value == (1.0 if expected == "ok" else 0.0)
     states = {s.labels["state"]: s.value for s in families["epochal_store_state"].samples}
     assert states[expected] == 1.0 and sum(states.values()) == 1.0
