@@ -1,8 +1,10 @@
-"""A gang member's job log (ranks 1..N-1) in the database: each member's log file is in its own
-home, which the API may not reach, so its supervisor ships the lines here as they come.
+"""A gang member's job log in the database: each member's log file is in its own home, which
+the API may not reach, so its supervisor ships the lines here as they come.
 
-Rank 0's log stays the job's log file (app.domain.job_log), beside its checkpoints and model.
-A member keeps its newest MAX_TAIL_LINES lines, as many as one tail can show.
+Ranks 1..N-1 always ship; rank 0 (and a one-node job) ships when the store is not the artifacts
+directory, since the API box then shares no folder with the worker's. Otherwise rank 0's log
+is the job's log file (app.domain.job_log), beside its checkpoints and model. A member keeps its
+newest MAX_TAIL_LINES lines, as many as one tail can show.
 """
 
 from __future__ import annotations

@@ -353,8 +353,9 @@ class GangMember(Base):
 
 
 class MemberLogLine(Base):
-    """A line of a gang member's job log (ranks 1..N-1): each keeps its log in its own home,
-    so its supervisor ships the lines here, where GET /v1/jobs/{id}/logs?member=N reads them."""
+    """A line of a member's job log (app.domain.member_log says which ranks ship): each keeps
+    its log in its own home, so its supervisor ships the lines here, where
+    GET /v1/jobs/{id}/logs?member=N reads them."""
 
     __tablename__ = "member_log_line"
 

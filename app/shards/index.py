@@ -217,6 +217,12 @@ def dataset_prefix(dataset_id: str, part: str = "train") -> str:
     return check_key(f"datasets/{dataset_id}/{part}")
 
 
+def upload_key(dataset_id: str) -> str:
+    """Where a one-request upload's .npz lives in the store, when the store is not the
+    artifacts directory: a worker on another box fetches it from there."""
+    return check_key(f"datasets/{dataset_id}/upload.npz")
+
+
 def shard_key(prefix: str, name: str) -> str:
     """The store key of a file of the data set under `prefix`."""
     return check_key(f"{prefix.strip('/')}/{name}")

@@ -4,6 +4,7 @@ reach the API and the next worker through the store alone."""
 
 from __future__ import annotations
 
+import io
 import secrets
 import signal
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from app.storage.checkpoint_sets import MANIFEST, CheckpointSets
@@ -124,6 +126,11 @@ def test_a_job_trained_through_the_store_is_downloaded_from_it(
     assert predicted.status_code == 200, predicted.text  # model.onnx fetched from the store
     assert latest_epoch(store, job_id) == 3
     assert_sets_whole(store, job_id)
+    # The job's log, from the database: the API's box has no file of it.
+    assert not (api_home / "artifacts" / job_id / "job.log").exists()
+    written = (home / "artifacts" / job_id / "job.log").read_text().splitlines()
+    logs = client.get(f"/v1/jobs/{job_id}/logs", params={"tail": 1000}).json()["lines"]
+    assert written and len(logs) == len(written), (logs, written)
 
 
 def test_a_killed_workers_job_resumes_on_another_box_from_the_store(
@@ -154,3 +161,29 @@ def test_a_killed_workers_job_resumes_on_another_box_from_the_store(
     assert client.get(f"/v1/jobs/{job_id}/artifacts/model").status_code == 200
     assert latest_epoch(store, job_id) == EPOCHS
     assert_sets_whole(store, job_id)  # what the kill left mid-upload is gone
+
+
+def test_an_uploaded_data_set_reaches_a_worker_through_the_store(
+    service: Service, client: httpx.Client, store: S3Store, tmp_path: Path
+) -> None:
+    """POST /v1/datasets on the API's box; a worker with a home of its own trains on it, from
+    the store's copy; deleting the data set deletes that copy."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 12)).astype(np.float32)
+    buffer = io.BytesIO()
+    np.savez(buffer, x=x, y=(x[:, 0] > 0).astype(np.int64))
+    answer = client.post("/v1/datasets", files={"file": ("rows.npz", buffer.getvalue())})
+    assert answer.status_code == 201, answer.text
+    dataset_id = answer.json()["id"]
+    assert store.head(f"datasets/{dataset_id}/upload.npz").size > 0
+    home = start_worker(service, "worker-c", tmp_path)
+    try:
+        spec = {**JOB, "dataset": {"id": dataset_id}, "training": {"epochs": 2}}
+        job_id = client.post("/v1/jobs", json=spec).json()["id"]
+        done = wait_for_status(client, job_id, {"succeeded", "failed", "cancelled"}, 120)
+    finally:
+        service.stop("worker-c")
+    assert done["status"] == "succeeded", done["error"]
+    assert (home / "data" / "uploads" / f"{dataset_id}.npz").is_file()  # fetched there
+    assert client.delete(f"/v1/datasets/{dataset_id}").status_code == 204
+    assert not list(store.list_objects(f"datasets/{dataset_id}/"))

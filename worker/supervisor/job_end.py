@@ -109,6 +109,7 @@ def record_end(settings: Settings, run: Attempt) -> None:
     if run.formed is not None:
         outcome = gang.settle(settings, run.formed, outcome, run.broken)
     note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
+    _ship_rest(run)  # before the end is recorded: who sees the end can read why
     # Bounded by one lease, then the reaper decides; a try whose commit was lost and landed
     # finds the attempt ended, and the fenced writes change nothing.
     within = settings.lease_seconds
@@ -118,6 +119,6 @@ def record_end(settings: Settings, run: Attempt) -> None:
 
 
 def _ship_rest(run: Attempt) -> None:
-    """Another node's last lines (its end among them) go to the database before it leaves."""
+    """A shipping node's last lines (its end among them) go to the database before it leaves."""
     if run.shipper is not None:
         run.shipper.ship(final=True)

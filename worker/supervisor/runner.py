@@ -27,6 +27,7 @@ from app.domain.states import JobStatus, StopReason
 from app.domain.tables import utcnow
 from app.scheduler.gang import Seat
 from app.schemas.job_spec import JobSpec
+from app.storage.registry import is_artifacts_dir
 from worker.protocol import (
     SPAWNED_ENV,
     STOP_SIGNAL,
@@ -152,8 +153,11 @@ def start_child(
     member = gang.member_of(formed)
     files = _fresh_files(settings, job_id, attempt, spec, member)
     # Another node's lines go to the database too, from this attempt on: the API reads those.
+    # So do rank 0's when the store is not the artifacts directory: then the API box shares
+    # no folder with this one.
     log_path = files.log
-    shipper = LogShipper(job_id, member, log_path) if member else None
+    shipped = member > 0 or not is_artifacts_dir(settings)
+    shipper = LogShipper(job_id, member, log_path) if shipped else None
     threads = threads_for(spec, cpu_budget(settings))
     _log_start(settings, log_path, attempt, seconds, threads, formed)
     # A gang's node is started cold: its environment names its rank and the rendezvous.

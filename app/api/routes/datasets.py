@@ -21,7 +21,9 @@ from app.domain.job_files import upload_path
 from app.domain.tables import Dataset
 from app.schemas.ids import ID_MAX_LENGTH, new_id
 from app.schemas.resources import DataKind, DatasetPublic, DatasetsPublic
+from app.shards.index import upload_key
 from app.storage import get_store
+from app.storage.registry import is_artifacts_dir
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 NAME_PATTERN = r"^[\w.\- ]+$"
@@ -124,15 +126,22 @@ def create_dataset(
         checksum=checksum,
         **vars(summary),
     )
-    path = uploads.store(arrays, get_settings().resolved_data_dir, row.id)
+    settings = get_settings()
+    path = uploads.store(arrays, settings.resolved_data_dir, row.id)
     row.size_bytes = path.stat().st_size  # what it costs is what is stored, not what was sent
+    # A store of its own: workers on other boxes, sharing no folder, fetch the file from it.
+    shared = not is_artifacts_dir(settings)
     try:
         _within_quota_at_commit(session, key, row.size_bytes)
+        if shared:
+            get_store().put_file(upload_key(row.id), path)
         session.add(row)
         session.commit()
     except BaseException:
         session.rollback()
         path.unlink(missing_ok=True)  # no row, no file
+        if shared:
+            get_store().delete(upload_key(row.id))
         raise
     return DatasetPublic.model_validate(row)
 
@@ -186,6 +195,7 @@ def delete_dataset(session: SessionDep, key: CurrentKey, dataset_id: DatasetId) 
     session.delete(row)
     session.commit()
     upload_path(get_settings().resolved_data_dir, dataset_id).unlink(missing_ok=True)
-    if row.storage == "shards":  # an ingest still running fails on its own missing row
+    # Shards (an ingest still running fails on its own missing row), or the copy of an upload.
+    if row.storage == "shards" or not is_artifacts_dir(get_settings()):
         get_store().delete_prefix(f"datasets/{dataset_id}/")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -16,8 +16,9 @@ from worker.training.data.types import RawData, Splits
 from worker.training.data.uploads import load_upload
 
 
-def load_raw(spec: JobSpec, data_dir: Path) -> RawData:
-    """The arrays of the data set the spec names, as stored."""
+def load_raw(spec: JobSpec, data_dir: Path, store: Store | None = None) -> RawData:
+    """The arrays of the data set the spec names, as stored (an upload this box does not hold
+    comes from `store`)."""
     ds = spec.dataset
     if ds.name in ("fashion_mnist", "mnist"):
         return load_idx_dataset(ds.name, data_dir)
@@ -25,21 +26,22 @@ def load_raw(spec: JobSpec, data_dir: Path) -> RawData:
         return load_digits()
     if ds.name == "synthetic":
         return make_synthetic(ds, spec.task, spec.training.seed)
-    return load_upload(ds.id or "", data_dir)
+    return load_upload(ds.id or "", data_dir, store)
 
 
 def load_splits(spec: JobSpec, data_dir: Path, store: Store | None = None) -> Splits:
     """Everything a back-end needs, as numpy; a sharded data set (an index in the store,
     default the service's) is streamed instead of loaded."""
     if spec.dataset.id is not None:
-        streamed = open_streamed(spec, store if store is not None else get_store())
+        store = store if store is not None else get_store()
+        streamed = open_streamed(spec, store)
         if streamed is not None:
             splits = streamed_splits(streamed)
             splits.y_train = splits.y_train.astype(
                 np.int64 if spec.task == "classification" else np.float32
             )
             return splits
-    splits = split_and_normalize(load_raw(spec, data_dir), spec)
+    splits = split_and_normalize(load_raw(spec, data_dir, store), spec)
     if spec.task == "classification":
         splits.y_train = splits.y_train.astype(np.int64)
     return splits
