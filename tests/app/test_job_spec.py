@@ -24,6 +24,12 @@ def spec(**overrides: Any) -> dict[str, Any]:
     return body
 
 
+def graph(dense: dict[str, Any], *more: dict[str, Any]) -> dict[str, Any]:
+    """A graph model: a dense node 'd' with these fields, then `more` layers."""
+    layers = [{"name": "d", "op": "dense", "units": 8, **dense}, *more]
+    return {"type": "graph", "layers": layers}
+
+
 def error_of(body: dict[str, Any]) -> str:
     with pytest.raises(ValidationError) as info:
         JobSpec.model_validate(body)
@@ -95,6 +101,12 @@ def test_round_trips_through_json() -> None:
         ({"tags": {f"k{i}": "v" for i in range(33)}}, "at most 32 items"),
         ({"tags": {"k": "v" * 300}}, "at most 256 characters"),
         ({"max_restarts": 11}, "less than or equal to 10"),
+        (
+            {"model": graph({"lr_multiplier": 0})},
+            "dense.lr_multiplier\n  layer 0 'd' (dense): Input should be greater than 0",
+        ),
+        ({"model": graph({"lr_multiplier": 101})}, "less than or equal to 100"),
+        ({"model": graph({"lr_multiplier": float("nan")})}, "finite number"),
     ],
 )
 def test_every_number_is_bounded(overrides: dict[str, Any], message: str) -> None:
@@ -144,6 +156,18 @@ def test_every_number_is_bounded(overrides: dict[str, Any], message: str) -> Non
         ({"checkpoint_every_steps": 100}, "checkpoint_every_steps applies to sharded data sets"),
         ({"model": {"type": "cnn", "conv_channels": [8, 8, 8, 8]}}, "shrink 8x8 images to nothing"),
         ({"model": {"type": "mlp", "hidden_units": [8192, 8192]}}, "the limit is"),
+        (
+            {
+                "model": graph(
+                    {}, {"name": "a", "op": "activation", "fn": "relu", "lr_multiplier": 2}
+                )
+            },
+            "activation 'a': has no parameters: lr_multiplier 2 would scale nothing",
+        ),
+        (
+            {"model": graph({"trainable": False, "lr_multiplier": 0.1})},
+            "dense 'd': is frozen (trainable: false): lr_multiplier 0.1 would scale nothing",
+        ),
     ],
 )
 def test_what_cannot_work_is_rejected_with_a_reason(

@@ -1,6 +1,7 @@
 """Warm start and freezing at submit, on SQLite and PostgreSQL: init's source job and nodes
 checked by name, op and shapes (each refusal a 422 naming the node, another key's job a 404),
-"matching" resolved into the stored spec, and the summary's frozen parameters."""
+"matching" resolved into the stored spec, the summary's frozen parameters, and lr_multiplier's
+bounds and its refusal on a layer that does not train."""
 
 from __future__ import annotations
 
@@ -155,6 +156,21 @@ def test_the_summary_counts_frozen_parameters_apart(client: TestClient) -> None:
     assert (
         "activation 'act'" in problem["detail"] and "no parameters to freeze" in problem["detail"]
     )
+
+
+def test_an_lr_multiplier_is_bounded_and_only_for_a_layer_that_trains(client: TestClient) -> None:
+    slow = [{**LAYERS[0], "lr_multiplier": 0.1}, *LAYERS[1:]]
+    job = client.post("/v1/jobs", json=spec(slow))
+    assert job.status_code == 201, job.text
+    assert job.json()["spec"]["model"]["layers"][0]["lr_multiplier"] == 0.1
+    for bad, words in ((0, "greater than 0"), (101, "less than or equal to 100")):
+        problem = refusal(client, spec([{**LAYERS[0], "lr_multiplier": bad}, *LAYERS[1:]]))
+        error = problem["errors"][0]
+        assert error["field"].endswith("lr_multiplier"), error
+        assert "layer 0 'stem' (conv2d)" in error["msg"] and words in error["msg"], error
+    act = [*LAYERS[:2], {**LAYERS[2], "lr_multiplier": 2}, *LAYERS[3:]]
+    problem = refusal(client, spec(act))
+    assert "activation 'act': has no parameters: lr_multiplier 2" in problem["detail"], problem
 
 
 def test_continue_makes_a_job_that_goes_on_from_the_last_epoch(client: TestClient) -> None:

@@ -45,7 +45,8 @@ class Variable:
     init is one of worker.training.init's initializers; `decays` puts it in the L2 term
     (kernels, not biases, norm scales, embeddings or positions); moving statistics are not
     trainable and are not parameters. A frozen node's parameters are `frozen`: parameters
-    that neither train nor decay.
+    that neither train nor decay. `lr_multiplier` scales the rate the variable trains at (its
+    node's; 1: the schedule's rate).
     """
 
     name: str
@@ -54,6 +55,7 @@ class Variable:
     trainable: bool = True
     decays: bool = False
     frozen: bool = False
+    lr_multiplier: float = 1.0
 
     @property
     def size(self) -> int:
@@ -89,6 +91,15 @@ class Op(StrictModel):
         description="false freezes the node: its variables take no gradient, no weight decay "
         "and no L2 term, and it computes as at inference (batch norm keeps its moving "
         "statistics); only for a node with variables",
+    )
+    lr_multiplier: float = Field(
+        1.0,
+        gt=0.0,
+        le=100.0,
+        allow_inf_nan=False,
+        description="scales the learning rate of the node's variables: they step at the "
+        "schedule's rate times this (decoupled weight decay too), e.g. 0.1 for a pretrained "
+        "backbone under a new head; only for a node that trains (has variables, not frozen)",
     )
 
     arity: ClassVar[tuple[int, int]] = (1, 1)  # (fewest, most) inputs

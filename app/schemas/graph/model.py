@@ -119,11 +119,17 @@ class BuiltNode:
         return self.op.name
 
     def variables(self) -> list[Variable]:
-        """The op's variables; a frozen node's parameters are frozen (no gradient, no L2)."""
+        """The op's variables; a frozen node's parameters are frozen (no gradient, no L2), a
+        trained node's parameters carry its lr_multiplier."""
         variables = self.op.variables(list(self.types))
-        if self.op.trainable:
+        if not self.op.trainable:
+            return [
+                replace(v, trainable=False, decays=False, frozen=v.trainable) for v in variables
+            ]
+        if self.op.lr_multiplier == 1.0:
             return variables
-        return [replace(v, trainable=False, decays=False, frozen=v.trainable) for v in variables]
+        multiplier = self.op.lr_multiplier  # moving statistics take no step to scale
+        return [replace(v, lr_multiplier=multiplier) if v.trainable else v for v in variables]
 
     @property
     def parameters(self) -> int:
@@ -219,8 +225,12 @@ def _add(nodes: list[BuiltNode], types: dict[str, TensorType], op: Op, before: O
     names = tuple(wiring(op, before))
     ins = tuple(types[name] for name in names)
     types[op.name] = out = op.infer(list(ins))
-    if not op.trainable and not any(v.trainable for v in op.variables(list(ins))):
+    trains = any(v.trainable for v in op.variables(list(ins)))
+    if not op.trainable and not trains:
         raise op.fail("has no parameters to freeze; trainable: false is for nodes with weights")
+    if op.lr_multiplier != 1.0 and not (trains and op.trainable):
+        why = "is frozen (trainable: false)" if trains else "has no parameters"
+        raise op.fail(f"{why}: lr_multiplier {op.lr_multiplier:g} would scale nothing")
     nodes.append(BuiltNode(op, names, ins, out))
     return op
 

@@ -48,7 +48,8 @@ class Optimizer(StrictModel):
         return None
 
     def torch_optimizer(self, t: Any, params: list[Any]) -> Any:
-        """The torch.optim optimizer over `params` at the base rate."""
+        """The torch.optim optimizer over `params` at the base rate: tensors, or parameter
+        groups (dicts) that set their own "lr"."""
         raise NotImplementedError
 
     def keras_update(self, k: Any, opt: Any, gradient: Any, variable: Any, lr: Any) -> None:

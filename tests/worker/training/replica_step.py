@@ -29,7 +29,17 @@ FIELDS = {
     # the scale of the gradient, which is what wrong loss scaling gets wrong (P19, P20).
     "optimizer": {"name": "sgd", "learning_rate": RATE, "momentum": 0.9},
     "regularization": {"l2": 0.01},  # must not be counted once per replica (P20)
-    "model": {"hidden_units": [32, 16]},
+    # A node at its own rate: the per-variable rates must hold on every replica and rank.
+    "model": {
+        "type": "graph",
+        "layers": [
+            {"name": "flat", "op": "flatten"},
+            {"name": "d1", "op": "dense", "units": 32, "lr_multiplier": 0.5},
+            {"name": "a1", "op": "activation", "fn": "relu"},
+            {"name": "d2", "op": "dense", "units": 16},
+            {"name": "a2", "op": "activation", "fn": "relu"},
+        ],
+    },
 }
 
 

@@ -6,6 +6,7 @@ state all travel through the checkpoint."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from tests.worker.training.inprocess import KillBefore, Killed, make_spec, run_s
 
 pytestmark = [pytest.mark.torch, pytest.mark.tf]
 
-FIELDS = {
+FIELDS: dict[str, Any] = {
     "dataset": {"name": "digits", "limit": 500},
     "model": {"hidden_units": [32], "dropout": 0.2, "batch_norm": True},
     "training": {"epochs": 8, "batch_size": 32},
@@ -24,11 +25,26 @@ FIELDS = {
     "lr_scheduler": {"name": "reduce_on_plateau", "patience": 0, "factor": 0.5, "min_delta": 10},
 }
 KEYS = ["train_loss", "train_accuracy", "val_loss", "val_accuracy", "learning_rate"]
+# The same network as a graph whose nodes train at their own rates: the optimizer's parameter
+# groups (PyTorch) and per-variable rates (TensorFlow) go through the checkpoint too.
+MULTIPLIED = {
+    "type": "graph",
+    "layers": [
+        {"name": "flat", "op": "flatten"},
+        {"name": "d1", "op": "dense", "units": 32, "lr_multiplier": 0.1},
+        {"name": "bn", "op": "batch_norm", "lr_multiplier": 3.0},
+        {"name": "act", "op": "activation", "fn": "relu"},
+        {"name": "drop", "op": "dropout", "rate": 0.2},
+    ],
+}
 
 
+@pytest.mark.parametrize("model", [FIELDS["model"], MULTIPLIED], ids=["mlp", "lr-multiplier"])
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
-def test_resume_after_a_kill_ends_like_an_uninterrupted_run(framework: str, tmp_path: Path) -> None:
-    spec = make_spec(framework, **FIELDS)
+def test_resume_after_a_kill_ends_like_an_uninterrupted_run(
+    framework: str, model: dict[str, Any], tmp_path: Path
+) -> None:
+    spec = make_spec(framework, **{**FIELDS, "model": model})
     whole = run_spec(spec, tmp_path / "whole")
     assert whole.outcome.stop_reason == "early_stopping" and len(whole.rows) == 4
 

@@ -58,13 +58,15 @@ class TFBackend:
         self.classify = spec.task == "classification"
         self.replicas = self.strategy.num_replicas_in_sync
         self.exchange = Exchange(self.strategy) if placement.peers else None  # a gang's nodes
+        described = self.graph.variables()
         with self.strategy.scope():
             self.model, self.variables = build_model(self.graph)
-            self.optimizer = RegistryOptimizer(spec.optimizer)
+            pairs = zip(self.variables, described, strict=True)
+            multipliers = [(v, d.lr_multiplier) for v, d in pairs]
+            self.optimizer = RegistryOptimizer(spec.optimizer, multipliers)
             # Build the optimizer's slots now, inside the scope: Keras 3.15 + TF 2.21 cannot
             # create them lazily inside a distributed step (RELIABILITY.md P23).
             self.optimizer.build(self.model.trainable_variables)
-        described = self.graph.variables()
         self.kernels = [v for v, d in zip(self.variables, described, strict=True) if d.decays]
         self.set_weights(initial_weights(described, spec.training.seed))
         self.data = {

@@ -25,7 +25,7 @@ from worker.training.data import Splits, epoch_order, epoch_seed, global_steps
 from worker.training.init import initial_weights
 from worker.training.loop import agree_on_interrupt
 from worker.training.torch import distributed
-from worker.training.torch.graph import KIT, GraphModule
+from worker.training.torch.graph import KIT, GraphModule, parameter_groups
 from worker.training.torch.streamed import StreamedTorch
 
 CHECK_EVERY = 32
@@ -62,8 +62,12 @@ class TorchBackend:
         ]
         self.set_weights(initial_weights(graph.variables(), spec.training.seed))
         self.net: nn.Module = distributed.wrap(self.model, placement)
+        # A parameter group per lr_multiplier; set_learning_rate keeps each at rate x its own.
+        groups = parameter_groups(self.variables, graph.variables())
+        self.lr_multipliers = [multiplier for multiplier, _ in groups]
+        rate = spec.optimizer.learning_rate
         self.optimizer: torch.optim.Optimizer = spec.optimizer.torch_optimizer(
-            KIT, list(self.model.parameters())
+            KIT, [{"params": params, "lr": rate * m} for m, params in groups]
         )
         self.scaler = torch.amp.GradScaler("cuda") if spec.resources.precision == "fp16" else None
         self.data = {
@@ -91,8 +95,8 @@ class TorchBackend:
             yield
 
     def set_learning_rate(self, rate: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = rate
+        for group, multiplier in zip(self.optimizer.param_groups, self.lr_multipliers, strict=True):
+            group["lr"] = rate * multiplier
 
     def _losses(
         self, out: torch.Tensor, y: torch.Tensor, reduction: str

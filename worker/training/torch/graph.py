@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.schemas.graph import INPUT, BuiltGraph, BuiltNode
+from app.schemas.graph import INPUT, BuiltGraph, BuiltNode, Variable
 
 
 class TorchKit:
@@ -81,3 +81,16 @@ class GraphModule(nn.Module):
             module = cast(OpModule, self.nodes[name])
             out += [getattr(module, v) for v in module.names]
         return out
+
+
+def parameter_groups(
+    tensors: list[torch.Tensor], described: list[Variable]
+) -> list[tuple[float, list[torch.Tensor]]]:
+    """The trainable tensors (the graph's variables, as `described`) by lr_multiplier, each
+    group in the graph's order: multiplier 1 first and alone when no node sets one, so the
+    optimizer's state lays out as it always has."""
+    groups: dict[float, list[torch.Tensor]] = {1.0: []}
+    for tensor, variable in zip(tensors, described, strict=True):
+        if variable.trainable:
+            groups.setdefault(variable.lr_multiplier, []).append(tensor)
+    return list(groups.items())
