@@ -229,3 +229,51 @@ def test_continue_makes_a_job_that_goes_on_from_the_last_epoch(client: TestClien
     assert client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1}).status_code == 404
     hidden = refusal(client, spec(LAYERS, training={"epochs": 8}, continues=source), status=404)
     assert hidden["detail"] == f"no job {source}"
+
+
+def test_continue_may_change_what_the_checkpoint_does_not_fix(client: TestClient) -> None:
+    patience = {"monitor": "val_accuracy", "patience": 1}
+    body = spec(LAYERS, training={"epochs": 3}, early_stopping=patience, tags={"run": "1"})
+    source = finished(client, body, best_epoch=1, stopped_epoch=2)
+    changes = {
+        "name": "longer",
+        "tags": {"run": "2"},
+        "priority": 3,
+        "max_runtime_seconds": 600,
+        "early_stopping": {"patience": 4},
+        "dataset": {"name": "fashion_mnist", "limit": 1000},
+    }
+    answer = client.post(f"/v1/jobs/{source}/continue", json={"epochs": 2, **changes})
+    assert answer.status_code == 201, answer.text
+    made = answer.json()["spec"]
+    assert made["continues"] == source and made["training"]["epochs"] == 4
+    assert (made["name"], made["tags"], made["priority"]) == ("longer", {"run": "2"}, 3)
+    assert made["max_runtime_seconds"] == 600 and made["dataset"]["limit"] == 1000
+    assert made["early_stopping"] == {**made["early_stopping"], **patience, "patience": 4}
+    plain = client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1}).json()["spec"]
+    assert (plain["name"], plain["tags"]) == ("job", {"run": "1"})  # the source's
+
+
+def test_continue_refuses_what_the_checkpoint_fixes_naming_the_field(client: TestClient) -> None:
+    source = finished(client, spec(LAYERS, training={"epochs": 2}))
+
+    def refused(**changes: Any) -> dict[str, Any]:
+        answer = client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1, **changes})
+        assert answer.status_code == 422, answer.text
+        return dict(answer.json()["errors"][0])
+
+    for field, value in [
+        ("optimizer", {"name": "sgd", "learning_rate": 0.1}),
+        ("model", {"type": "graph", "layers": LAYERS[:2]}),
+        ("framework", "tensorflow"),
+        ("resources", {"gpus": 1}),
+    ]:
+        error = refused(**{field: value})
+        assert error["field"] == field and "stays the source job's" in error["msg"], error
+    assert refused(bogus=1)["field"] == "bogus"
+    error = refused(early_stopping={"patience": 3})
+    assert error["field"] == "early_stopping" and "has no early stopping" in error["msg"]
+    assert refused(priority=10**6)["field"] == "priority"
+    # digits: other classes than Fashion-MNIST's, so the head's checkpoint would not fit
+    error = refused(dataset={"name": "digits"})
+    assert error["field"] == "dataset" and "'head'" in error["msg"] and source in error["msg"]
