@@ -143,7 +143,9 @@ def trials(client: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The sweep's trials, by width, each with its job."""
     answer = client.post("/v1/sweeps", json=body)
     assert answer.status_code == 201, answer.text
-    found = [t | {"job": client.get(f"/v1/jobs/{t['job_id']}").json()} for t in answer.json()["trials"]]
+    found = [
+        t | {"job": client.get(f"/v1/jobs/{t['job_id']}").json()} for t in answer.json()["trials"]
+    ]
     return sorted(found, key=lambda t: t["params"]["model.layers.3.filters"])
 
 
