@@ -196,13 +196,25 @@ def check_job_init(session: Session, key: Caller, spec: JobSpec) -> JobSpec:
         raise RequestValidationError(exc.errors) from None
 
 
+def check_sweep_init(session: Session, key: Caller, spec: SweepSpec) -> None:
+    """The base's init checked as a job's is (404, or a 422 naming base.init's field); the
+    sweep keeps it as given, and each trial's is resolved for its own graph when it is
+    launched (app.services.trial_limits)."""
+    try:
+        resolve_init(session, key, spec.base)
+    except InitProblem as exc:
+        if exc.status == 404:
+            raise HTTPException(404, str(exc)) from None
+        errors = [{**e, "loc": ("body", "base", *e["loc"][1:])} for e in exc.errors]
+        raise RequestValidationError(errors) from None
+
+
 def check_sweep_datasets(session: Session, key: Caller, spec: SweepSpec) -> None:
     """check_job_dataset for the base and every data set a parameter can name."""
-    for name in ("init", "continues"):  # trials would each need their sources checked
-        if getattr(spec.base, name) is not None:
-            msg = f"a sweep's trials cannot start from another job yet; submit jobs with {name}"
-            loc = ("body", "base", name)
-            raise RequestValidationError([{"loc": loc, "msg": msg, "type": "value_error"}])
+    if spec.base.continues is not None:  # each trial would go on from one checkpoint
+        msg = "a sweep's trials cannot continue a job; warm-start them with init instead"
+        loc = ("body", "base", "continues")
+        raise RequestValidationError([{"loc": loc, "msg": msg, "type": "value_error"}])
     check_job_dataset(session, key, spec.base)
     if errors := datasets.sweep_problems(session, spec, key):
         raise RequestValidationError(errors)

@@ -19,6 +19,7 @@ from app.domain.cost import graph_of
 from app.domain.keys import Caller, caller_of
 from app.domain.states import JobStatus
 from app.domain.tables import Job
+from app.schemas.continuation import ContinueRequest
 from app.schemas.graph import BuiltGraph, BuiltNode, GraphError
 from app.schemas.graph.model import HEAD
 from app.schemas.job_spec import JobSpec, class_labels
@@ -107,7 +108,9 @@ def _spec_of(source: Job) -> JobSpec:
         raise InitProblem(422, [_error(("from_job",), msg)]) from None
 
 
-def _built(session: Session, spec: JobSpec, key: Caller | None, who: str) -> Built:
+def _built(
+    session: Session, spec: JobSpec, key: Caller | None, who: str, loc: tuple[str, ...] = LOC
+) -> Built:
     data = data_of(session, spec, key)
     graph = None
     if data is not None:
@@ -117,7 +120,8 @@ def _built(session: Session, spec: JobSpec, key: Caller | None, who: str) -> Bui
             graph = None
     if data is None or graph is None:
         msg = f"{who}'s model cannot be built for its data (is its data set gone?)"
-        raise InitProblem(422, [_error(("from_job",), msg)])
+        where = ("from_job",) if loc == LOC else ()
+        raise InitProblem(422, [{"loc": loc + where, "msg": msg, "type": "value_error"}])
     labels = class_labels(spec, data.outputs) if spec.task == "classification" else []
     return Built(graph, (spec.task, data.outputs, tuple(labels)))
 
@@ -138,8 +142,7 @@ def _misfit(node: BuiltNode, mine: Built, theirs: Built) -> str | None:
     if node.name == HEAD and mine.head != theirs.head:
         return (
             f"the head maps to {mine.head[1]} outputs {list(mine.head[2])} here and "
-            f"{theirs.head[1]} {list(theirs.head[2])} in the source job; leave it out to "
-            "start it fresh"
+            f"{theirs.head[1]} {list(theirs.head[2])} in the source job"
         )
     return None
 
@@ -149,16 +152,27 @@ def _named_misfit(name: str, mine: Built, theirs: Built, source_id: str) -> str 
     if node is None:
         return "not a node of this job's graph"
     why = _misfit(node, mine, theirs)
-    return None if why is None else why.replace("the source job", f"job {source_id}")
+    if why is None:
+        return None
+    fresh = "; leave it out to start it fresh" if name == HEAD else ""
+    return why.replace("the source job", f"job {source_id}") + fresh
 
 
-def continued_body(source: Job, epochs: int) -> dict[str, Any]:
-    """The spec of a job that trains `epochs` more from `source`'s last checkpoint: the same
-    spec, its epochs counted on from the source's last one (init: the checkpoint holds all)."""
-    body = dict(source.spec)
+def continued_body(source: Job, request: ContinueRequest) -> dict[str, Any]:
+    """The spec of a job that trains `request.epochs` more from `source`'s last checkpoint:
+    the same spec, its epochs counted on from the source's last one, with the request's
+    changes (init: the checkpoint holds all). InitProblem for a patience without early stopping."""
+    body = dict(source.spec) | request.changes()
     done = (source.result or {}).get("stopped_epoch") or body["training"]["epochs"]
-    body["training"] = {**body["training"], "epochs": int(done) + epochs}
+    body["training"] = {**body["training"], "epochs": int(done) + request.epochs}
     body["init"], body["continues"] = None, source.id
+    if request.early_stopping is not None:
+        if body.get("early_stopping") is None:
+            msg = f"job {source.id} has no early stopping: its checkpoint holds no wait to go on"
+            loc = ("body", "early_stopping")
+            raise InitProblem(422, [{"loc": loc, "msg": msg, "type": "value_error"}])
+        patience = request.early_stopping.patience
+        body["early_stopping"] = {**body["early_stopping"], "patience": patience}
     return body
 
 
@@ -188,3 +202,21 @@ def check_continues(session: Session, key: Caller, spec: JobSpec) -> None:
         why = f"job {source.id} trained {done} epochs already; training.epochs counts them"
     if why is not None:
         raise InitProblem(422, [{"loc": ("body", *loc), "msg": why, "type": "value_error"}])
+    if spec.dataset != _spec_of(source).dataset:
+        _check_same_shapes(session, key, spec, source)
+
+
+def _check_same_shapes(session: Session, key: Caller, spec: JobSpec, source: Job) -> None:
+    """A continued job on other data: InitProblem unless each node with variables (the head
+    too, with its classes) is as in the source job, so that its checkpoint loads."""
+    loc = ("body", "dataset")
+    mine = _built(session, spec, key, "this job", loc)
+    owner = caller_of(session, source.owner_id) if source.owner_id else None
+    theirs = _built(session, _spec_of(source), owner, f"job {source.id}", loc)
+    whys = [
+        f"{node.name!r}: {why}".replace("the source job", f"job {source.id}")
+        for node in mine.graph.nodes
+        if node.variables() and (why := _misfit(node, mine, theirs)) is not None
+    ]
+    if whys:
+        raise InitProblem(422, [{"loc": loc, "msg": m, "type": "value_error"} for m in whys])

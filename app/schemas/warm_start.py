@@ -1,5 +1,6 @@
 """`init`: a new job's first weights taken from a succeeded job's, node by node (warm start);
-and `continues`: a job that goes on from another's last checkpoint (POST /v1/jobs/{id}/continue).
+and `continues`: a job that goes on from another's last checkpoint (POST /v1/jobs/{id}/continue,
+its body: app.schemas.continuation).
 
 Which nodes may be taken is checked at submit (app.domain.warm_start) against both graphs as
 built for their data, by name, op and variable shapes; the worker then loads them in either
@@ -44,15 +45,6 @@ class InitSpec(StrictModel):
     def named(self) -> list[str] | None:
         """The nodes asked for by name (None: "matching")."""
         return None if self.nodes == "matching" else list(self.nodes)
-
-
-class ContinueRequest(StrictModel):
-    """POST /v1/jobs/{id}/continue: a new job that trains `epochs` more from the job's last
-    checkpoint (weights, optimizer state, schedule and early stopping), numbered on from it."""
-
-    epochs: int = Field(
-        ge=1, le=1000, description="epochs more; the new job's rows go on from the last"
-    )
 
 
 ContinuesField = Field(

@@ -4,7 +4,9 @@ Each trial is admitted as a whole spec, with its owner's caps as they are now (`
 schema, the key's priority cap and preemptible, its upload, and the memory and disk estimates.
 A space is checked at its edges when the sweep is submitted, but a drawn combination of values
 can still make a job no POST would take (a trial of batch 4096 and 8192 units, each end fine
-alone), so the trial is refused: stored as failed, with the reason.
+alone), so the trial is refused: stored as failed, with the reason. So is a trial whose graph
+no longer fits the base's `init` (a drawn width changes a node it names), and its `init` is
+resolved for its own graph as a job's is at submit ("matching": the nodes that fit it).
 
 Then whether the admitted trials fit the owner's limits, counted as a job submit counts them:
 the key's queued and running jobs (EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY) and what it stores
@@ -28,6 +30,7 @@ from app.domain.admission import Lookups, admission_errors, disk_estimate
 from app.domain.keys import caller_of
 from app.domain.sweep_space import rejection
 from app.domain.tables import ApiKey
+from app.domain.warm_start import InitProblem, resolve_init
 from app.scheduler.policy import priority_problem
 from app.schemas.job_spec import JobSpec
 
@@ -55,7 +58,19 @@ class Admission:
         if why is None:
             errors = admission_errors(self.session, spec, self.owner, lookups=self.lookups)
             why = _field_message(errors[0]) if errors else None
+        if why is None and spec.init is not None:
+            spec, why = self._warm_start(spec)
         return (None, f"{REFUSED}: {why}") if why else (spec, None)
+
+    def _warm_start(self, spec: JobSpec) -> tuple[JobSpec, str | None]:
+        """The trial's init resolved for its own graph, as a submit resolves a job's (a
+        parameter may have changed a node the base took); else why not, naming each node."""
+        if self.owner is None:
+            return spec, "init: a sweep without a key cannot take another job's weights"
+        try:
+            return resolve_init(self.session, self.owner, spec), None
+        except InitProblem as exc:
+            return spec, "; ".join(_field_message(e) for e in exc.errors)
 
     def _owner_problem(self, spec: JobSpec) -> str | None:
         owner = self.owner

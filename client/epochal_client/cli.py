@@ -21,7 +21,7 @@ from epochal_client.client import FORMAT_ALIASES, MODEL_FORMATS, Client
 from epochal_client.datasets_cli import datasets
 from epochal_client.follow import follow_job
 from epochal_client.sweep_cli import sweep
-from epochal_client.terminal import connect, console, errors, load_spec
+from epochal_client.terminal import connect, console, errors, load_spec, with_sets
 
 COMMANDS_GROUP = "epochal.commands"  # where a server distribution adds its verbs
 
@@ -146,10 +146,19 @@ def cancel(job_id: Annotated[str, typer.Argument()]) -> None:
 def continue_(
     job_id: Annotated[str, typer.Argument()],
     epochs: Annotated[int, typer.Option(help="epochs more, numbered on from the job's")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="change what the checkpoint does not fix, repeatable: priority=5, "
+            "early_stopping.patience=4, tags.team=vision",
+        ),
+    ] = None,
 ) -> None:
     """Continue a succeeded job from its last checkpoint in a new job; print the new id."""
+    changes = with_sets({}, set_ or [])
     with connect() as client:
-        console.print(client.continue_job(job_id, epochs).id, highlight=False)
+        console.print(client.continue_job(job_id, epochs, changes).id, highlight=False)
 
 
 def delete(job_id: Annotated[str, typer.Argument()]) -> None:

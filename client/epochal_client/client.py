@@ -184,11 +184,12 @@ class Client(SweepMethods):
                 return rows
             since_epoch = rows[-1].epoch
 
-    def continue_job(self, job_id: str, epochs: int) -> Job:
-        """A new job training `epochs` more from a succeeded job's last checkpoint."""
-        return build(
-            Job, self._json("POST", f"/v1/jobs/{job_id}/continue", json={"epochs": epochs})
-        )
+    def continue_job(self, job_id: str, epochs: int, changes: dict[str, Any] | None = None) -> Job:
+        """A new job training `epochs` more from a succeeded job's last checkpoint; `changes`:
+        what the checkpoint does not fix (name, tags, priority, max_runtime_seconds,
+        early_stopping.patience, a dataset of the same shapes)."""
+        body = {**(changes or {}), "epochs": epochs}
+        return build(Job, self._json("POST", f"/v1/jobs/{job_id}/continue", json=body))
 
     def cancel(self, job_id: str) -> Job:
         return build(Job, self._json("POST", f"/v1/jobs/{job_id}/cancel"))

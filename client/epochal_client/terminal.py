@@ -42,6 +42,11 @@ def load_spec(path: Path, overrides: list[str]) -> dict[str, Any]:
         raise typer.BadParameter(f"cannot read {path}: {exc}") from exc
     if not isinstance(spec, dict):
         raise typer.BadParameter(f"{path} must hold a JSON or YAML object")
+    return with_sets(spec, overrides)
+
+
+def with_sets(spec: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`spec` with each `a.b.c=VALUE` of --set in place (VALUE read as JSON or YAML)."""
     for item in overrides:
         dotted, sep, raw = item.partition("=")
         if not sep or not dotted or "" in dotted.split("."):

@@ -129,18 +129,67 @@ def test_the_epoch_asked_for_must_be_the_one_the_source_kept(client: TestClient)
     )
 
 
-def test_a_sweeps_base_cannot_warm_start_yet(client: TestClient) -> None:
-    source = finished(client, spec(LAYERS))
-    sweep = {
-        "base": spec(LAYERS, init={"from_job": source}),
-        "parameters": {"training.seed": {"type": "categorical", "choices": [1, 2]}},
+def sweep(base: dict[str, Any], filters: list[int]) -> dict[str, Any]:
+    """Every trial at once, one per width of s1c1 (the fourth node), in order."""
+    return {
+        "base": base,
+        "parameters": {"model.layers.3.filters": {"type": "categorical", "choices": filters}},
+        "sampler": {"name": "grid", "seed": 1},
+        "max_trials": len(filters),
+        "max_parallel": len(filters),
     }
-    answer = client.post("/v1/sweeps", json=sweep)
+
+
+def trials(client: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sweep's trials, by width, each with its job."""
+    answer = client.post("/v1/sweeps", json=body)
+    assert answer.status_code == 201, answer.text
+    found = [
+        t | {"job": client.get(f"/v1/jobs/{t['job_id']}").json()} for t in answer.json()["trials"]
+    ]
+    return sorted(found, key=lambda t: t["params"]["model.layers.3.filters"])
+
+
+def test_a_sweeps_trials_each_warm_start_from_the_bases_init(client: TestClient) -> None:
+    source = finished(client, spec(LAYERS))
+    named = {"from_job": source, "nodes": ["stem", "bn", "s1c1"]}
+    same, wider = trials(client, sweep(spec(LAYERS, init=named), [4, 8]))
+    assert same["state"] == "queued"
+    assert same["job"]["spec"]["init"] == named | {"checkpoint": "last"}
+    # the drawn width no longer fits a node the base names: that trial fails, saying why
+    assert (wider["state"], wider["job"]["error_code"]) == ("failed", "invalid_config")
+    why = wider["job"]["error"]
+    assert "init.nodes.2" in why and "'s1c1'" in why and source in why
+    assert "(3, 3, 4, 8)" in why and "(3, 3, 4, 4)" in why
+    # "matching" is resolved for each trial's own graph
+    matching = spec(LAYERS, init={"from_job": source})
+    same, wider = trials(client, sweep(matching, [4, 8]))
+    assert same["job"]["spec"]["init"]["nodes"] == ["stem", "bn", "s1c1", "head"]
+    assert wider["job"]["spec"]["init"]["nodes"] == ["stem", "bn"]  # its head is (8, 10)
+    assert {same["state"], wider["state"]} == {"queued"}
+
+
+def test_a_sweeps_init_is_checked_at_submit_as_a_jobs_is(client: TestClient) -> None:
+    source = finished(client, spec(LAYERS))
+    wider = [*LAYERS[:3], {"name": "s1c1", "op": "conv2d", "filters": 8}, LAYERS[4]]
+    init = {"from_job": source, "nodes": ["stem", "s1c1"]}
+    answer = client.post("/v1/sweeps", json=sweep(spec(wider, init=init), [8, 16]))
     assert answer.status_code == 422, answer.text
-    assert answer.json()["errors"][0]["field"] == "base.init"
-    sweep["base"] = spec(LAYERS, training={"epochs": 4}, continues=source)
-    answer = client.post("/v1/sweeps", json=sweep)
+    (error,) = answer.json()["errors"]
+    assert error["field"] == "base.init.nodes.1" and "'s1c1'" in error["msg"]
+    assert "(3, 3, 4, 8)" in error["msg"] and "(3, 3, 4, 4)" in error["msg"]
+    queued = client.post("/v1/jobs", json=spec(LAYERS)).json()["id"]
+    answer = client.post("/v1/sweeps", json=sweep(spec(LAYERS, init={"from_job": queued}), [4]))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == "base.init.from_job"
+    assert f"job {queued} is queued" in answer.json()["errors"][0]["msg"]
+    body = sweep(spec(LAYERS, training={"epochs": 4}, continues=source), [4])
+    answer = client.post("/v1/sweeps", json=body)
     assert answer.status_code == 422 and answer.json()["errors"][0]["field"] == "base.continues"
+    client.headers["Authorization"] = f"Bearer {make_key('stranger')}"
+    hidden = client.post("/v1/sweeps", json=sweep(spec(LAYERS, init={"from_job": source}), [4]))
+    assert hidden.status_code == 404 and hidden.json()["detail"] == f"no job {source}"
+    assert client.get("/v1/sweeps").json()["items"] == []
 
 
 def test_the_summary_counts_frozen_parameters_apart(client: TestClient) -> None:
@@ -198,3 +247,51 @@ def test_continue_makes_a_job_that_goes_on_from_the_last_epoch(client: TestClien
     assert client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1}).status_code == 404
     hidden = refusal(client, spec(LAYERS, training={"epochs": 8}, continues=source), status=404)
     assert hidden["detail"] == f"no job {source}"
+
+
+def test_continue_may_change_what_the_checkpoint_does_not_fix(client: TestClient) -> None:
+    patience = {"monitor": "val_accuracy", "patience": 1}
+    body = spec(LAYERS, training={"epochs": 3}, early_stopping=patience, tags={"run": "1"})
+    source = finished(client, body, best_epoch=1, stopped_epoch=2)
+    changes = {
+        "name": "longer",
+        "tags": {"run": "2"},
+        "priority": 3,
+        "max_runtime_seconds": 600,
+        "early_stopping": {"patience": 4},
+        "dataset": {"name": "fashion_mnist", "limit": 1000},
+    }
+    answer = client.post(f"/v1/jobs/{source}/continue", json={"epochs": 2, **changes})
+    assert answer.status_code == 201, answer.text
+    made = answer.json()["spec"]
+    assert made["continues"] == source and made["training"]["epochs"] == 4
+    assert (made["name"], made["tags"], made["priority"]) == ("longer", {"run": "2"}, 3)
+    assert made["max_runtime_seconds"] == 600 and made["dataset"]["limit"] == 1000
+    assert made["early_stopping"] == {**made["early_stopping"], **patience, "patience": 4}
+    plain = client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1}).json()["spec"]
+    assert (plain["name"], plain["tags"]) == ("job", {"run": "1"})  # the source's
+
+
+def test_continue_refuses_what_the_checkpoint_fixes_naming_the_field(client: TestClient) -> None:
+    source = finished(client, spec(LAYERS, training={"epochs": 2}))
+
+    def refused(**changes: Any) -> dict[str, Any]:
+        answer = client.post(f"/v1/jobs/{source}/continue", json={"epochs": 1, **changes})
+        assert answer.status_code == 422, answer.text
+        return dict(answer.json()["errors"][0])
+
+    for field, value in [
+        ("optimizer", {"name": "sgd", "learning_rate": 0.1}),
+        ("model", {"type": "graph", "layers": LAYERS[:2]}),
+        ("framework", "tensorflow"),
+        ("resources", {"gpus": 1}),
+    ]:
+        error = refused(**{field: value})
+        assert error["field"] == field and "stays the source job's" in error["msg"], error
+    assert refused(bogus=1)["field"] == "bogus"
+    error = refused(early_stopping={"patience": 3})
+    assert error["field"] == "early_stopping" and "has no early stopping" in error["msg"]
+    assert refused(priority=10**6)["field"] == "priority"
+    # digits: other classes than Fashion-MNIST's, so the head's checkpoint would not fit
+    error = refused(dataset={"name": "digits"})
+    assert error["field"] == "dataset" and "'head'" in error["msg"] and source in error["msg"]

@@ -1,5 +1,6 @@
 """What a succeeded job leaves for use elsewhere: the evaluation report, model.onnx (checked
-against the framework) and model-card.json, all beside the framework's own model file.
+against the framework; its metadata names the job's parent) and model-card.json, all beside
+the framework's own model file.
 
 The parity check feeds ONNX Runtime raw rows (the held-out split, denormalized) and the
 framework the normalized ones; both run in float32 from the float32 weights, also for bf16 and
@@ -23,6 +24,7 @@ from worker.training.data import Splits
 from worker.training.data.streamed import REPORT_ROWS
 from worker.training.evaluation import evaluation_report
 from worker.training.onnx_export import INPUT, OPSET, build_onnx, output_name, run_onnx
+from worker.training.warm_start import lineage
 
 CARD_VERSION = 1
 PARITY_ROWS = 256
@@ -65,7 +67,14 @@ def export_onnx(spec: JobSpec, backend: Backend, splits: Splits, directory: Path
     started = time.perf_counter()
     weights, shape = backend.get_weights(), splits.input_shape
     model = build_onnx(
-        spec, weights, shape, splits.outputs, splits.scale, splits.shift, splits.tokens
+        spec,
+        weights,
+        shape,
+        splits.outputs,
+        splits.scale,
+        splits.shift,
+        splits.tokens,
+        lineage=lineage(spec),
     )
     data = model.SerializeToString()
     _, x, _ = held_out(splits)

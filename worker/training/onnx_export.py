@@ -6,6 +6,10 @@ Both back-ends hold the same variables in Keras layout and in the graph's order
 that ONNX defines channels first (Conv, the pools) transposes around itself. The graph takes
 RAW rows: its first nodes are the job's normalization, (x - shift) / scale in float32, then
 the reshape into the shape the graph reads ((H, W) images gain their channel axis).
+
+The file names where its first weights came from in its metadata_props (`lineage_props`), so a
+model.onnx copied away from the service still says which job it was warm-started from or
+continues.
 """
 
 from __future__ import annotations
@@ -81,10 +85,12 @@ def build_onnx(
     scale: np.ndarray,
     shift: np.ndarray,
     tokens: bool = False,
+    lineage: dict[str, Any] | None = None,
 ) -> onnx.ModelProto:
     """The whole model, raw rows in; `weights` in Keras layout and graph order (get_weights()).
     Token ids come in as float32 too (the graph's embedding casts them), so every model.onnx
-    takes the same input whatever its data."""
+    takes the same input whatever its data. `lineage`: the job's (worker.training.warm_start),
+    written into the metadata."""
     graph = built_model(spec, model_input(spec, row_shape, tokens), outputs)
     g = GraphBuilder()
     shifted = g.op("Sub", [INPUT, g.const(np.asarray(shift, np.float32), "shift")])
@@ -100,7 +106,25 @@ def build_onnx(
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", outputs])],
         g.initializers,
     )
-    return _checked(onnx_graph)
+    model = _checked(onnx_graph)
+    if props := lineage_props(lineage):
+        helper.set_model_props(model, props)
+    return model
+
+
+def lineage_props(lineage: dict[str, Any] | None) -> dict[str, str]:
+    """The metadata_props that name a job's parent: epochal.continues (the job it goes on
+    from: every node), or epochal.init_from_job with epochal.init_nodes (comma-separated: a
+    node's name has no comma) and epochal.init_checkpoint."""
+    if not lineage:
+        return {}
+    if "continues" in lineage:
+        return {"epochal.continues": str(lineage["continues"])}
+    return {
+        "epochal.init_from_job": str(lineage["from_job"]),
+        "epochal.init_nodes": ",".join(lineage["nodes"]),
+        "epochal.init_checkpoint": str(lineage["checkpoint"]),
+    }
 
 
 def _checked(graph: onnx.GraphProto) -> onnx.ModelProto:

@@ -40,13 +40,13 @@ from app.domain.keys import Caller
 from app.domain.redact import job_texts, without_server_paths
 from app.domain.states import JobStatus, SweepStatus
 from app.domain.tables import Job, Sweep
-from app.domain.warm_start import continued_body
+from app.domain.warm_start import InitProblem, continued_body
 from app.scheduler import standings
 from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
+from app.schemas.continuation import ContinueRequest
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from app.schemas.metric_row import spec_best_field
-from app.schemas.warm_start import ContinueRequest
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
@@ -237,13 +237,17 @@ async def continue_job(
 ) -> JobPublic:
     """A new job training `epochs` more from this one's last checkpoint (weights, optimizer
     state, schedule, early stopping); its epochs are numbered on and its spec names this job
-    in `continues`."""
+    in `continues`. The body may change what the checkpoint does not fix (name, tags,
+    priority, run-time limit, early stopping's patience, data of the same shapes); a field
+    that it fixes is a 422 naming it."""
     if job.status != JobStatus.succeeded:
         raise HTTPException(409, f"job {job.id} is {job.status}; only a succeeded job continues")
     try:
-        spec = JobSpec.model_validate(continued_body(job, body.epochs))
+        spec = JobSpec.model_validate(continued_body(job, body))
     except ValidationError as exc:  # e.g. more epochs in all than a job may have
         raise RequestValidationError(exc.errors()) from None
+    except InitProblem as exc:
+        raise RequestValidationError(exc.errors) from None
     new, answer = await run_in_threadpool(_store, session, key, spec, None)
     assert new is not None  # no Idempotency-Key: never a replay
     await release_db(session)

@@ -17,6 +17,7 @@ from app.api.deps import (
     check_job_fits,
     check_job_priority,
     check_sweep_datasets,
+    check_sweep_init,
     owner_filter,
     release_db,
 )
@@ -133,6 +134,7 @@ SUBMITS = WorkBound("sweep submits", 2, 5.0, per_owner=1)
     operation_id="create_sweep",
     responses={
         403: documented("a priority over the key's cap, or preemptible: false from a non-admin"),
+        404: documented("base.init.from_job names no job of this key"),
         429: documented("this key has EPOCHAL_MAX_OPEN_SWEEPS_PER_KEY unfinished sweeps"),
     },
 )
@@ -152,6 +154,7 @@ def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[Sweep
         if errors := space_errors(spec):
             raise RequestValidationError(errors)
         check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
+        check_sweep_init(session, key, spec)  # the job the base warm-starts from, and its nodes
         check_job_fits(session, key, spec)
         spec = check_job_priority(session, key, spec)  # within the key's cap
         sweep, trials = controller.submit(session, spec, key.id)

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 
-from app.domain.job_files import CARD_FILE, JobFiles
+from app.domain.job_files import CARD_FILE, ONNX_FILE, JobFiles
 from tests.worker.training.inprocess import EMPTY_DATA_DIR, backend_for, make_spec, run_spec
 from worker.training.data import load_splits
 from worker.training.init import initial_weights
@@ -61,6 +62,12 @@ def test_a_frozen_node_keeps_its_variables_bit_for_bit(framework: str, tmp_path:
     assert graph.frozen_parameters == 64 * 16 + 16 + 2 * 16
 
 
+def onnx_props(workdir: Path) -> dict[str, str]:
+    """The epochal.* metadata of the job's exported model.onnx, read back with onnx."""
+    model = onnx.load(str(JobFiles(workdir).model_dir / ONNX_FILE))
+    return {p.key: p.value for p in model.metadata_props if p.key.startswith("epochal.")}
+
+
 def trained_source(framework: str, jobs: Path) -> tuple[str, list[np.ndarray]]:
     """A succeeded job's id (its directory under `jobs`) and final weights."""
     job_id = str(uuid.uuid4())
@@ -106,6 +113,12 @@ def test_a_warm_started_job_begins_where_its_source_ended(tmp_path: Path) -> Non
     assert started.outcome.result is not None and started.outcome.result["lineage"] == lineage
     card = json.loads((JobFiles(workdir).model_dir / CARD_FILE).read_text())
     assert card["lineage"] == lineage
+    assert onnx_props(workdir) == {
+        "epochal.init_from_job": job_id,
+        "epochal.init_nodes": "d1,bn,d2",
+        "epochal.init_checkpoint": "last",
+    }
+    assert onnx_props(tmp_path / job_id) == {}  # a job started fresh names no parent
     gone = make_spec("pytorch", **fields(LAYERS, init={**init, "from_job": "gone"}))
     failed = run_spec(gone, tmp_path / str(uuid.uuid4()))
     assert failed.outcome.status == "failed" and "job gone's weights" in str(failed.outcome.error)
@@ -134,6 +147,7 @@ def test_a_continued_job_goes_on_exactly_as_one_longer_job(framework: str, tmp_p
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert rest.outcome.result is not None
     assert rest.outcome.result["lineage"] == {"continues": first_id}
+    assert onnx_props(workdir) == {"epochal.continues": first_id}
     assert run_spec(
         make_spec(framework, **(body | {"continues": "gone"})), tmp_path / "x"
     ).outcome.error == ("continues: job gone's last checkpoint is not on this worker")
