@@ -159,6 +159,19 @@ def heavy_cnn(dataset_id: str, filters: int = 256, convs: int = 4) -> dict[str, 
     return {**BASE, "dataset": {"id": dataset_id}, "model": {"type": "graph", "layers": layers}}
 
 
+def concat_bomb(concats: int = 6, copies: int = 8) -> dict[str, Any]:
+    """A job spec cheap to compute and huge to hold: 16 features reshaped to (16, 1), then
+    `concats` concats of `copies` copies each, then pooled. Concat and reshape cost no FLOPs;
+    the last concat alone holds 16 x copies**concats values a row."""
+    layers: list[dict[str, Any]] = [{"name": "r", "op": "reshape", "shape": [16, 1]}]
+    for i in range(concats):
+        before = layers[-1]["name"]
+        layers.append({"name": f"c{i}", "op": "concat", "inputs": [before] * copies})
+    layers.append({"name": "gap", "op": "global_avg_pool"})
+    dataset = {"name": "synthetic", "samples": 64, "features": 16}
+    return {**BASE, "dataset": dataset, "model": {"type": "graph", "layers": layers}}
+
+
 def export_random_weights(job_dir: Path, spec: dict[str, Any], row_shape: tuple[int, ...]) -> None:
     """model.onnx and model-card.json as the worker writes them for this spec (its exporter,
     the graph built for the rows), with random weights instead of trained ones."""

@@ -292,6 +292,12 @@ class Settings(BaseSettings):
         ge=10**6,
         description="FLOPs one predict request may cost: rows x the model's FLOPs per row.",
     )
+    max_predict_bytes: int = Field(
+        256 * 2**20,
+        ge=2**20,
+        description="Memory one predict request may hold: rows x the model's activations per "
+        "row (its input and every layer's output, float32), what ONNX Runtime may hold at once.",
+    )
 
     @field_validator("data_roots", mode="before")
     @classmethod

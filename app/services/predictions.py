@@ -131,6 +131,9 @@ def open_model(onnx_path: Path, card_path: Path, threads: int) -> LoadedModel:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    # No arena: a request's buffers go back when it ends, instead of the process keeping its
+    # largest request's peak for good (EPOCHAL_MAX_PREDICT_BYTES bounds that peak).
+    options.enable_cpu_mem_arena = False
     try:
         session = ort.InferenceSession(
             str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]

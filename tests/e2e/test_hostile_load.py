@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from app.core.config import get_settings
@@ -269,3 +270,45 @@ def test_an_upload_without_a_key_is_answered_before_its_body_is_sent(service: Se
     print(f"\nanswered after {sent / MiB:.1f} of {total / MiB:.0f} MiB sent: {answer[:40]!r}")
     assert answer.startswith(b"HTTP/1.1 401"), answer
     assert sent < total // 2
+
+
+def test_a_model_cheap_to_compute_and_huge_to_hold_is_priced_by_memory(
+    service: Service, attacker: str
+) -> None:
+    """Concats cost no FLOPs: priced by FLOPs alone, 100 rows of this model (6 KB of JSON)
+    would hold about 1.9 GiB in the API process. Priced by memory too, they are refused with
+    how many fit, and that many run within the budget."""
+    spec = hostile.concat_bomb()
+    with service.client(attacker) as client:
+        response = client.post("/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        job_id: str = response.json()["id"]
+    with session_scope() as session:
+        crud.claim_job(session, job_id, "w1", 30)
+        crud.finish_job(session, job_id, 1, "succeeded", stop_reason="completed", reason="t")
+    hostile.export_random_weights(
+        JobFiles.of(get_settings().resolved_artifacts_dir, job_id).root, spec, (16,)
+    )
+    url = f"/v1/jobs/{job_id}/predict"
+    rows = np.random.default_rng(0).normal(size=(100, 16)).round(3).tolist()
+    with service.client(attacker) as client:
+        client.timeout = httpx.Timeout(120.0)
+        memory = Memory(api_pid(service))
+        refused = client.post(url, json={"inputs": rows})
+        assert refused.status_code == 422, refused.text
+        detail = refused.json()["detail"]
+        assert "EPOCHAL_MAX_PREDICT_BYTES" in detail, detail
+        fit = int(detail.split("send at most ")[1].split()[0])
+        assert 1 <= fit < 100
+        assert memory.growth < 48 * MiB, (
+            f"the refusal grew the API by {memory.growth / MiB:.0f} MiB"
+        )
+        answered = client.post(url, json={"inputs": rows[:fit]})
+        assert answered.status_code == 200, answered.text
+        assert len(answered.json()["predictions"]) == fit
+    budget = get_settings().max_predict_bytes
+    print(
+        f"\n{fit} rows fit; API peak RSS +{memory.growth / MiB:.0f} MiB (budget {budget / MiB:.0f})"
+    )
+    # The budget bounds the request's buffers; the rest is onnxruntime itself, loaded here.
+    assert memory.growth < budget + 160 * MiB

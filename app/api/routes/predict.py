@@ -20,7 +20,7 @@ from app.domain.job_files import JobFiles
 from app.domain.states import JobStatus
 from app.schemas.api import Problem
 from app.schemas.predictions import PredictionsPublic, PredictRequest
-from app.services.prediction_cost import OverBudget, check_budget, fits_inline, flops_per_row
+from app.services.prediction_cost import OverBudget, RowCost, check_budget, fits_inline, row_cost
 from app.services.prediction_inputs import InputError, RowSpec, parse_rows
 from app.services.predictions import LoadedModel, NoModel, SessionCache, fetch_model_files
 
@@ -70,11 +70,11 @@ def sessions(request: Request) -> SessionCache:
     responses={
         409: _documented(
             "the job has not succeeded, has no model.onnx, or one row costs more "
-            "than EPOCHAL_MAX_PREDICT_FLOPS"
+            "than EPOCHAL_MAX_PREDICT_FLOPS or holds more than EPOCHAL_MAX_PREDICT_BYTES"
         ),
         422: _documented(
             "inputs of the wrong shape or type, not finite, or more rows than "
-            "the FLOP budget allows; says the shape or how many rows fit"
+            "the FLOP or memory budget allows; says the shape or how many rows fit"
         ),
         503: _documented("this process runs EPOCHAL_PREDICT_CONCURRENCY predictions already"),
     },
@@ -82,7 +82,7 @@ def sessions(request: Request) -> SessionCache:
 )
 async def predict(request: Request, session: SessionDep, job: JobDep) -> JSONResponse:
     """Predict up to EPOCHAL_MAX_PREDICT_ROWS raw rows: JSON `{"inputs": ...}` or an .npy body,
-    within EPOCHAL_MAX_PREDICT_FLOPS a request."""
+    within EPOCHAL_MAX_PREDICT_FLOPS and EPOCHAL_MAX_PREDICT_BYTES a request."""
     job_id, status, costing = job.id, job.status, Costing(job.model_summary, job.spec)
     await release_db(session)  # inference needs no database: give the slot back now
     if status != JobStatus.succeeded:
@@ -108,9 +108,9 @@ class Costing:
     summary: dict[str, Any] | None
     spec: dict[str, Any]
 
-    def per_row(self, model: LoadedModel) -> int | None:
+    def per_row(self, model: LoadedModel) -> RowCost | None:
         outputs = len(model.classes) if model.classes else 1
-        return flops_per_row(self.summary, self.spec, model.row_shape, outputs)
+        return row_cost(self.summary, self.spec, model.row_shape, outputs)
 
 
 def _load_and_answer(
