@@ -129,6 +129,7 @@ def test_the_warning_names_the_first_slow_epoch_only_and_survives_a_resume() -> 
     (warning,) = watch.warnings
     assert "epoch 3 waited for its data 5.00 s of its 10.00 s (50%, more than 20%)" in warning
     assert "served 1 shard uses and fetched 4 (3.0 MiB read from the store)" in warning
+    assert "dataset.stream_ram_mb" in warning
     resumed = InputBottleneck()  # a resumed attempt, from the checkpoint's JSON
     resumed.load_state_dict(json.loads(json.dumps(watch.state_dict())))
     state.epoch = 5
@@ -137,3 +138,16 @@ def test_the_warning_names_the_first_slow_epoch_only_and_survives_a_resume() -> 
     fresh = InputBottleneck()  # a checkpoint from before the watch existed
     fresh.load_state_dict({})
     assert fresh.warnings == []
+
+
+def test_a_short_wait_or_one_with_every_shard_cached_is_told_apart() -> None:
+    watch, state = InputBottleneck(), TrainState(epochs=3, learning_rate=0.1, epoch=1)
+    tiny = {"epoch_seconds": 0.2, "data_wait_seconds": 0.1}  # half of a tiny epoch
+    watch.on_epoch_end(state, tiny)
+    assert watch.warnings == []
+    cached = {"data_read_bytes": 0.0, "data_cache_hits": 6.0, "data_cache_misses": 0.0}
+    state.epoch = 2
+    watch.on_epoch_end(state, slow_logs(4.0, **cached))
+    (warning,) = watch.warnings
+    assert "epoch 2" in warning and "the store is not the cause" in warning
+    assert "training.batch_size" in warning and "stream_ram_mb" not in warning
