@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import tarfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -101,6 +102,21 @@ class CountingStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class SlowStore(CountingStore):
+    """Every shard takes `delay` seconds to arrive (a far store's latency, on a real store);
+    the delay may change while the store is in use."""
+
+    def __init__(self, inner: Store, delay: float) -> None:
+        super().__init__(inner)
+        self.delay = delay
+
+    def iter_bytes(
+        self, key: str, start: int = 0, end: int | None = None, chunk: int = CHUNK_BYTES
+    ) -> Iterator[bytes]:
+        time.sleep(self.delay)
+        return super().iter_bytes(key, start, end, chunk)
 
 
 def image_bytes(pixels: np.ndarray, kind: str = "PNG") -> bytes:

@@ -57,7 +57,7 @@ def record_epoch(
     )
     session.execute(statement)
     # /metrics reads these totals
-    count_epoch(session, job_id, values["epoch_seconds"], values["data_wait_seconds"])
+    count_epoch(session, job_id, values)
     return True
 
 

@@ -293,8 +293,12 @@ class EpochStat(Base):
     bucket: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     epochs: Mapped[int] = mapped_column(BigInteger)
     seconds_sum: Mapped[float] = mapped_column(Float)
-    # Streamed epochs' time waiting for input (data_wait_seconds), summed.
+    # Streamed epochs' input measures, summed (app.domain.epoch_stats.INPUT_SUMS): time
+    # waiting for input (data_wait_seconds), bytes read, shard cache hits and misses.
     data_wait_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    data_read_bytes_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    data_cache_hits_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    data_cache_misses_sum: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class SchedulerStat(Base):

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.core.db import session_factory
-from app.domain.epoch_stats import EPOCH_BUCKETS, UNTIMED, data_wait_totals, totals
+from app.domain.epoch_stats import EPOCH_BUCKETS, UNTIMED, input_totals, totals
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker, utcnow
 from app.scheduler import stats as scheduler_stats
@@ -104,6 +104,16 @@ def _scheduler(session: Session) -> Iterable[Metric]:
     yield wait
 
 
+# The input measures of streamed epochs (app.schemas.metric_row.INPUT_MEASURES), summed.
+INPUT_COUNTERS = {
+    "data_wait_seconds": "Time streamed epochs waited for input (each epoch's largest over "
+    "ranks), summed.",
+    "data_read_bytes": "Bytes streamed epochs read from the store, summed over ranks.",
+    "data_cache_hits": "Shard uses of streamed epochs served from the reader's cache.",
+    "data_cache_misses": "Shard uses of streamed epochs that fetched the shard from the store.",
+}
+
+
 def _epochs(session: Session) -> Iterable[Metric]:
     finished = CounterMetricFamily(
         "epochal_epochs_finished", "Epochs finished (metrics rows recorded).", labels=["framework"]
@@ -111,12 +121,11 @@ def _epochs(session: Session) -> Iterable[Metric]:
     durations = HistogramMetricFamily(
         "epochal_epoch_duration_seconds", "Wall time of one epoch.", labels=["framework"]
     )
-    waited = CounterMetricFamily(
-        "epochal_epoch_data_wait_seconds",
-        "Time streamed epochs waited for input (each epoch's largest over ranks), summed.",
-        labels=["framework"],
-    )
-    stats, waits = totals(session), data_wait_totals(session)
+    inputs = {
+        name: CounterMetricFamily(f"epochal_epoch_{name}", about, labels=["framework"])
+        for name, about in INPUT_COUNTERS.items()
+    }
+    stats, summed_inputs = totals(session), input_totals(session)
     for framework in sorted(set(FRAMEWORKS) | set(stats)):
         buckets = stats.get(framework, {})
         total = sum(epochs for epochs, _ in buckets.values())
@@ -128,8 +137,9 @@ def _epochs(session: Session) -> Iterable[Metric]:
             pairs.append((str(bound), running))
         finished.add_metric([framework], total)
         durations.add_metric([framework], [*pairs, ("+Inf", timed)], summed)
-        waited.add_metric([framework], waits.get(framework, 0.0))
-    return finished, durations, waited
+        for name, family in inputs.items():
+            family.add_metric([framework], summed_inputs.get(framework, {}).get(name, 0.0))
+    return finished, durations, *inputs.values()
 
 
 def _workers(session: Session) -> Iterable[Metric]:

@@ -16,9 +16,12 @@ from typing import Any
 SPLITS = ("train", "val")  # the passes of an epoch that are scored
 SCORES = ("loss", "accuracy", "mae")  # what a back-end reports for a pass (loss incl. L2)
 EPOCH_SECONDS = "epoch_seconds"  # how long the epoch took (the scheduler's ETA reads it)
-# data_wait_seconds: a streamed epoch's time blocked on input, the largest over ranks (null
-# for data held in memory, which never waits).
-EPOCH_MEASURES = ("learning_rate", EPOCH_SECONDS, "samples_per_second", "data_wait_seconds")
+# A streamed epoch's input (null for data held in memory, which neither waits nor reads):
+# data_wait_seconds, its training pass's time blocked on input, the largest over ranks; then
+# what that pass's shard caches did, summed over ranks: bytes read from the store, and shard
+# uses served from the cache (hits) or by a fetch from the store (misses).
+INPUT_MEASURES = ("data_wait_seconds", "data_read_bytes", "data_cache_hits", "data_cache_misses")
+EPOCH_MEASURES = ("learning_rate", EPOCH_SECONDS, "samples_per_second", *INPUT_MEASURES)
 
 
 def score_field(split: str, score: str) -> str:

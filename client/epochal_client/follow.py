@@ -56,6 +56,9 @@ LIVE_COLUMNS = {
     "learning_rate": "lr",
     "epoch_seconds": "seconds",
     "data_wait_seconds": "input wait",
+    "data_read_bytes": "read B",
+    "data_cache_hits": "hits",
+    "data_cache_misses": "misses",
 }
 
 

@@ -20,6 +20,9 @@ SCALAR_TAGS = {
     "epoch_seconds": "speed/epoch_seconds",
     "samples_per_second": "speed/samples_per_second",
     "data_wait_seconds": "speed/data_wait_seconds",
+    "data_read_bytes": "input/data_read_bytes",
+    "data_cache_hits": "input/data_cache_hits",
+    "data_cache_misses": "input/data_cache_misses",
 }
 # The evaluation keys of job.result: a split's score.
 FINAL = re.compile(rf"^(train|val|test)_({'|'.join(SCORES)})$")

@@ -136,6 +136,9 @@ class MetricRow:
     epoch_seconds: float | None = None
     samples_per_second: float | None = None
     data_wait_seconds: float | None = None  # a streamed data set: time spent waiting for input
+    data_read_bytes: float | None = None  # … bytes it read from the store
+    data_cache_hits: float | None = None  # … shard uses its cache served
+    data_cache_misses: float | None = None  # … shard uses that fetched from the store
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

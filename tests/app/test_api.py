@@ -155,12 +155,18 @@ def test_metrics_endpoint_serves_rows_since_epoch(client: TestClient) -> None:
         crud.claim_job(session, job_id, "w", 30)
     with session_scope() as session:
         for epoch in (1, 2, 3):
-            epoch_rows.record_epoch(
-                session, job_id, 1, epoch, {"train_loss": 1.0 / epoch, "val_loss": float("nan")}
-            )
+            logs = {"train_loss": 1.0 / epoch, "val_loss": float("nan")}
+            if epoch == 3:  # a streamed epoch's input
+                logs |= {"data_wait_seconds": 0.5, "data_read_bytes": 2.0**40}
+                logs |= {"data_cache_hits": 3.0, "data_cache_misses": 1.0}
+            epoch_rows.record_epoch(session, job_id, 1, epoch, logs)
     body = client.get(f"/v1/jobs/{job_id}/metrics", params={"since_epoch": 1}).json()
     assert body["job_id"] == job_id and [r["epoch"] for r in body["items"]] == [2, 3]
     assert body["items"][0]["val_loss"] is None and body["items"][0]["train_loss"] == 0.5
+    second, third = body["items"]
+    assert second["data_read_bytes"] is None and second["data_cache_hits"] is None
+    assert third["data_read_bytes"] == 2**40  # a terabyte, exact
+    assert (third["data_cache_hits"], third["data_cache_misses"]) == (3, 1)
 
 
 def test_health_and_readiness(client: TestClient) -> None:

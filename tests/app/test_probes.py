@@ -46,8 +46,14 @@ def test_epoch_series_come_from_totals_not_a_scan(client: TestClient) -> None:
     with session_scope() as session:
         assert crud.claim_job(session, job.id, "w1", lease_seconds=30) is not None
     with session_scope() as session:
-        for epoch, seconds, wait in ((1, 0.05, 0.01), (2, 0.7, 0.25), (3, None, None)):
+        for epoch, seconds, wait, read in (
+            (1, 0.05, 0.01, 3000.0),
+            (2, 0.7, 0.25, 0.0),
+            (3, None, None, None),
+        ):
             logs = {"train_loss": 1.0, "epoch_seconds": seconds, "data_wait_seconds": wait}
+            hits, misses = (None, None) if read is None else (epoch - 1.0, 2.0 - epoch)
+            logs |= {"data_read_bytes": read, "data_cache_hits": hits, "data_cache_misses": misses}
             assert epoch_rows.record_epoch(session, job.id, 1, epoch, logs)
     with session_scope() as session:  # the totals stand on their own: no epoch row is read
         session.execute(sa.delete(EpochMetric))
@@ -61,6 +67,10 @@ def test_epoch_series_come_from_totals_not_a_scan(client: TestClient) -> None:
     assert series(text, "epochal_epochs_finished_total", framework="tensorflow") == 0
     # a streamed epoch's input wait, summed (an in-memory epoch's is null: none)
     assert series(text, "epochal_epoch_data_wait_seconds_total", **pytorch) == pytest.approx(0.26)
+    assert series(text, "epochal_epoch_data_read_bytes_total", **pytorch) == 3000
+    assert series(text, "epochal_epoch_data_cache_hits_total", **pytorch) == 1
+    assert series(text, "epochal_epoch_data_cache_misses_total", **pytorch) == 1
+    assert series(text, "epochal_epoch_data_read_bytes_total", framework="tensorflow") == 0
 
 
 def test_the_metrics_token_is_required_when_set(

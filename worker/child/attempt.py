@@ -34,6 +34,7 @@ from worker.training.data import DataError, Splits, load_splits
 from worker.training.disk import undone_if_full
 from worker.training.early_stopping import EarlyStopping
 from worker.training.evaluation import accuracy_gap_warnings
+from worker.training.input_bottleneck import InputBottleneck
 from worker.training.loop import fit
 from worker.training.model_card import ExportError, evaluate, export_onnx, model_card, write_card
 from worker.training.schedules import LRSchedule
@@ -113,9 +114,11 @@ def finish(
     workdir: Path,
     timings: dict[str, float],
     job_id: str | None,
+    noted: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Export (model file, model.onnx, card) and the final result with its evaluation report;
-    the main rank alone writes and evaluates. Raises ExportError when model.onnx differs."""
+    """Export (model file, model.onnx, card) and the final result with its evaluation report
+    and warnings (`noted` ones first: the training's own); the main rank alone writes and
+    evaluates. Raises ExportError when model.onnx differs."""
     model_dir, onnx = JobFiles(workdir).model_dir, None
     # A full disk leaves no half-written model to be served (the job ends disk_full).
     no_model = partial(shutil.rmtree, model_dir, ignore_errors=True)
@@ -133,6 +136,8 @@ def finish(
             result["evaluation"] = evaluate(spec, backend, splits)
             train_accuracy = logs.get(score_field("train", "accuracy"))
             result["warnings"] = accuracy_gap_warnings(result["evaluation"], train_accuracy)
+        if noted:
+            result["warnings"] = [*noted, *result.get("warnings", [])]
     if onnx is not None:
         card = model_card(spec, splits, job_id or workdir.name, result, onnx)
         with phase(timings, "export_s"), undone_if_full(workdir, no_model):
@@ -256,7 +261,8 @@ def _run_attempt(
         publisher=store,
         every_steps=spec.checkpoint_every_steps if splits.stream else None,
     )
-    callbacks.callbacks.append(checkpointer)
+    input_watch = InputBottleneck()
+    callbacks.callbacks += [input_watch, checkpointer]
     checkpointer.watch(callbacks)
     if why := adopt_parent_checkpoint(spec, workdir):  # a job that continues another
         return Outcome.failure(ErrorCode.invalid_config, why)
@@ -284,7 +290,10 @@ def _run_attempt(
         return Outcome.stopped(reason, errors.get(reason))  # a clean cancel is no error
     try:
         logs = fitted.logs
-        result = finish(spec, backend, splits, state, logs, seconds, workdir, timings, job_id)
+        noted = input_watch.warnings
+        result = finish(
+            spec, backend, splits, state, logs, seconds, workdir, timings, job_id, noted
+        )
     except ExportError as exc:  # the job fails loudly rather than ship a model that differs
         return Outcome.failure(ErrorCode.internal_error, str(exc))
     if store is not None and backend.is_main:

@@ -21,7 +21,13 @@ class TrainedEpoch:
     logs: Logs  # "loss" (objective incl. L2) and "accuracy" or "mae", averaged over samples
     samples: int
     bad_step: int | None = None  # first step (1-based) whose loss was not finite
-    data_wait_seconds: float | None = None  # a streamed epoch: waited for input, max over ranks
+    # A streamed epoch's input (app.schemas.metric_row.INPUT_MEASURES; None for data held in
+    # memory): waited for input, the largest over ranks; then, summed over ranks, bytes its
+    # shard caches read from the store and shard uses they served (hits) or fetched (misses).
+    data_wait_seconds: float | None = None
+    data_read_bytes: int | None = None
+    data_cache_hits: int | None = None
+    data_cache_misses: int | None = None
     # An epoch resumed mid-way: the samples this attempt trained (the speed's); None: all.
     trained_samples: int | None = None
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from app.domain.states import StopReason
-from app.schemas.metric_row import score_field
+from app.schemas.metric_row import INPUT_MEASURES, score_field
 from worker.training.backend import Backend
 from worker.training.callbacks import Callback, Logs, TrainState
 
@@ -75,8 +75,9 @@ def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool
             "epoch_seconds": time.perf_counter() - started,
             "samples_per_second": done / train_seconds if train_seconds else math.nan,
         }
-        if trained.data_wait_seconds is not None:
-            logs["data_wait_seconds"] = trained.data_wait_seconds
+        for name in INPUT_MEASURES:  # a streamed epoch's: TrainedEpoch names them alike
+            if (value := getattr(trained, name)) is not None:
+                logs[name] = float(value)
         callbacks.on_epoch_end(state, logs)
     # The agreed reason is final: a signal arriving after the last agreement changes nothing.
     reason = state.stop_reason if stopped else None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +16,10 @@ from app.shards.cache import READ_CHUNK, ChecksumMismatch
 from app.shards.index import shard_key
 from app.shards.layout import ShardError
 from app.shards.order import EpochOrder, OrderPlan
-from app.storage.base import CHUNK_BYTES, Store
+from app.storage.base import Store
 from app.storage.directory import DirectoryStore
 from tests.app.storage.conftest import store
-from tests.shard_data import CountingStore, Written, write_dataset
+from tests.shard_data import CountingStore, SlowStore, Written, write_dataset
 from worker.training.data.stream import Batch, Position, ShardStream, required_ram_bytes
 
 __all__ = ["store"]
@@ -190,20 +189,6 @@ def test_small_data_is_read_once_and_served_from_the_cache_after(store: Store) -
     assert stats.bytes_read == data.index.size and stats.fetches == len(UNEVEN)
     assert stats.cache_hits >= 3 * len(UNEVEN)
     assert stats.batches == 4 * s.batches_per_epoch and stats.samples == 4 * sum(UNEVEN)
-
-
-class SlowStore(CountingStore):
-    """Every shard takes `delay` seconds to arrive."""
-
-    def __init__(self, inner: Store, delay: float) -> None:
-        super().__init__(inner)
-        self.delay = delay
-
-    def iter_bytes(
-        self, key: str, start: int = 0, end: int | None = None, chunk: int = CHUNK_BYTES
-    ) -> Iterator[bytes]:
-        time.sleep(self.delay)
-        return super().iter_bytes(key, start, end, chunk)
 
 
 def test_the_next_shards_arrive_while_the_consumer_works(tmp_path: Path) -> None:

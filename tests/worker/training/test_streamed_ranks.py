@@ -81,6 +81,9 @@ def test_two_ranks_see_every_sample_once_and_resume_after_sigkill(
     assert run(2, store, killed) == [0, 0]
     assert batches(killed, 0, 1)[0] == {**batches(tmp_path / "two", 0)[4]}  # step 5: after 4
     whole_rows = json.loads((tmp_path / "two" / "rows-0.json").read_text())
+    # Each rank's reader fetches the shards its halves lie in, and the row sums the ranks'.
+    alone = json.loads((tmp_path / "one" / "rows-0.json").read_text())[0]["data_cache_misses"]
+    assert alone < whole_rows[0]["data_cache_misses"] <= 2 * alone
     resumed_rows = json.loads((killed / "rows-2.json").read_text())
     assert [r["epoch"] for r in resumed_rows] == [2.0]
     for key in ("train_loss", "train_accuracy", "val_loss", "val_accuracy"):

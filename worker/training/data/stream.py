@@ -93,6 +93,16 @@ class StreamStats:
     peak_cache_bytes: int = 0
 
 
+def input_counts(now: StreamStats, before: StreamStats) -> list[int]:
+    """What a stream's cache did between two snapshots of its stats: [bytes read from the
+    store, shard uses served from the cache (hits), shard uses that fetched (misses)]."""
+    return [
+        now.bytes_read - before.bytes_read,
+        now.cache_hits - before.cache_hits,
+        now.fetches - before.fetches,
+    ]
+
+
 @dataclass(frozen=True)
 class _Use:
     shard: int

@@ -57,7 +57,8 @@ class TFBackend:
         self.spec, self.placement, self.is_main = spec, placement, placement.is_main
         self.classify = spec.task == "classification"
         self.replicas = self.strategy.num_replicas_in_sync
-        self.exchange = Exchange(self.strategy) if placement.peers else None  # a gang's nodes
+        nodes = len(placement.peers)  # a gang's; none on one node
+        self.exchange = Exchange(self.strategy, nodes) if nodes else None
         described = self.graph.variables()
         with self.strategy.scope():
             self.model, self.variables = build_model(self.graph)
@@ -305,6 +306,10 @@ class TFBackend:
 
     def agree(self, value: int) -> int:  # one process drives every replica on one node
         return self.exchange.max_all(value) if self.exchange else value
+
+    def sum_all(self, values: list[int]) -> list[int]:
+        """Each of this node's numbers summed over the gang's nodes (a node's own alone)."""
+        return self.exchange.sum_all(values) if self.exchange else values
 
     def broadcast(self, payload: bytes, source: int) -> bytes:  # only a gang has others
         mine = self.placement.rank == source

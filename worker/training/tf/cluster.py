@@ -49,8 +49,8 @@ class Exchange:
     node's bytes, and a barrier. Each node makes the same calls in the same order
     (collectives match by order)."""
 
-    def __init__(self, strategy: tf.distribute.Strategy) -> None:
-        self.strategy = strategy
+    def __init__(self, strategy: tf.distribute.Strategy, nodes: int) -> None:
+        self.strategy, self.nodes = strategy, nodes
         self._gather = tf.function(self._all_gather)  # traced once: eager costs ~0.5 s a call
 
     def _all_gather(self, value: tf.Tensor) -> tf.Tensor:
@@ -64,6 +64,13 @@ class Exchange:
     def max_all(self, value: int) -> int:
         """An all-gather of one number each (tf.distribute reduces only by SUM or MEAN)."""
         return int(tf.reduce_max(self._gather(tf.constant([value], tf.int64))))
+
+    def sum_all(self, values: list[int]) -> list[int]:
+        """Each number summed over the nodes: an all-gather, which holds a node's numbers
+        once per replica it drives (the same count on every node), so they are taken once."""
+        gathered = self._gather(tf.constant(values, tf.int64)).numpy().reshape(-1, len(values))
+        per_node = len(gathered) // self.nodes
+        return [int(v) for v in gathered[::per_node].sum(axis=0)]
 
     def broadcast(self, payload: bytes, mine: bool) -> bytes:
         """The bytes of the one node where `mine` is true: a SUM of int32 words to which every

@@ -21,7 +21,7 @@ import tensorflow as tf
 from app.schemas.job_spec import JobSpec
 from worker.training.backend import Backend, Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
-from worker.training.data.stream import Batch, Position, ShardStream
+from worker.training.data.stream import Batch, Position, ShardStream, input_counts
 from worker.training.data.streamed import prepare_batch
 from worker.training.data.types import StreamSource
 from worker.training.loop import agree_on_interrupt
@@ -45,6 +45,7 @@ class TFSteps(Backend, Protocol):
     def _eval(self, xb: tf.Tensor, yb: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]: ...
     def _samples(self, x: np.ndarray) -> np.ndarray: ...
     def agree(self, value: int) -> int: ...
+    def sum_all(self, values: list[int]) -> list[int]: ...
 
 
 class StreamedTF:
@@ -98,7 +99,7 @@ class StreamedTF:
         steps = stream.batches_per_epoch
         start, sums = self._resume(state)  # sums: loss (x samples), metric, samples
         before = sums[2]  # samples of a resumed epoch before its checkpoint
-        waited = stream.stats.wait_seconds
+        earlier = stream.stats
         saved: dict[str, Any] = {}
         for batch in stream.iterate(Position(epoch, start), epoch + 1):
             step = batch.index
@@ -116,13 +117,18 @@ class StreamedTF:
             saved = {"position": batch.next_position.to_json(), "sums": list(sums)}
             if state.step_checkpoint is not None and step + 1 < steps:
                 state.step_checkpoint(state, partial(dict, saved), False)
-        wait = b.agree(round((stream.stats.wait_seconds - waited) * 1e6)) / 1e6
+        now = stream.stats
+        wait = b.agree(round((now.wait_seconds - earlier.wait_seconds) * 1e6)) / 1e6
+        read, hits, misses = b.sum_all(input_counts(now, earlier))
         name = "accuracy" if b.classify else "mae"
         return TrainedEpoch(
             {"loss": sums[0] / sums[2], name: sums[1] / sums[2]},
             samples=int(sums[2]),
             trained_samples=int(sums[2] - before) if start else None,
             data_wait_seconds=wait,
+            data_read_bytes=read,
+            data_cache_hits=hits,
+            data_cache_misses=misses,
         )
 
     @staticmethod

@@ -22,7 +22,7 @@ import torch
 from app.schemas.job_spec import JobSpec
 from worker.training.backend import Backend, Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
-from worker.training.data.stream import Batch, Position, ShardStream
+from worker.training.data.stream import Batch, Position, ShardStream, input_counts
 from worker.training.data.streamed import prepare_batch, step_seed
 from worker.training.data.types import StreamSource
 from worker.training.loop import agree_on_interrupt
@@ -82,8 +82,8 @@ class StreamedTorch:
         losses = torch.zeros(stream.batches_per_epoch, device=b.device)
         sums = torch.zeros(2, device=b.device)  # metric sum, samples
         start = self._resume(state, losses, sums)
-        before = float(sums[1]) if start else 0.0  # samples of a resumed epoch before it
-        waited = stream.stats.wait_seconds
+        earlier = float(sums[1]) if start else 0.0  # samples of a resumed epoch before it
+        before = stream.stats
         b.net.train()
         ran = self._steps(state, start, losses, sums)
         if ran is None or isinstance(ran, TrainedEpoch):  # interrupted, or a non-finite loss
@@ -94,12 +94,18 @@ class StreamedTorch:
         totals = distributed.sum_all(torch.cat([losses.sum()[None], sums]), b.placement)
         samples = int(totals[2].item())
         name = "accuracy" if b.classify else "mae"
-        wait = b.agree(round((stream.stats.wait_seconds - waited) * 1e6)) / 1e6
+        now = stream.stats
+        wait = b.agree(round((now.wait_seconds - before.wait_seconds) * 1e6)) / 1e6
+        counts = torch.tensor(input_counts(now, before), dtype=torch.int64, device=b.device)
+        read, hits, misses = distributed.sum_all(counts, b.placement).tolist()
         return TrainedEpoch(
             logs={"loss": totals[0].item() / samples, name: totals[1].item() / samples},
             samples=samples,
             data_wait_seconds=wait,
-            trained_samples=round(samples - b.agree(round(before))) if start else None,
+            data_read_bytes=read,
+            data_cache_hits=hits,
+            data_cache_misses=misses,
+            trained_samples=round(samples - b.agree(round(earlier))) if start else None,
         )
 
     def _steps(
