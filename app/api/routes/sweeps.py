@@ -14,9 +14,9 @@ from app.api.bounded import WorkBound
 from app.api.deps import (
     CurrentKey,
     SessionDep,
-    check_job_fits,
     check_job_priority,
     check_sweep_datasets,
+    check_sweep_fits,
     check_sweep_init,
     owner_filter,
     release_db,
@@ -155,7 +155,7 @@ def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[Sweep
             raise RequestValidationError(errors)
         check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
         check_sweep_init(session, key, spec)  # the job the base warm-starts from, and its nodes
-        check_job_fits(session, key, spec)
+        check_sweep_fits(session, key, spec)  # the base, and each parameter's ends on it
         spec = check_job_priority(session, key, spec)  # within the key's cap
         sweep, trials = controller.submit(session, spec, key.id)
     except rows.TooManySweeps as exc:
