@@ -45,7 +45,7 @@ from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.continuation import ContinueRequest
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
-from app.schemas.metric_row import spec_best_field
+from app.schemas.stored_spec import shown
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
@@ -55,12 +55,9 @@ FRAMEWORK_NAME = "^(" + "|".join(sorted(FRAMEWORKS)) + ")$"
 
 
 def summary(job: Job) -> JobSummary:
-    spec = job.spec
     return JobSummary(
         **{f: getattr(job, f) for f in JobSummary.model_fields if hasattr(Job, f)},
-        epochs=spec["training"]["epochs"],
-        tags=spec.get("tags", {}),
-        best_metric_name=spec_best_field(spec),
+        **shown(job.spec),
     )
 
 

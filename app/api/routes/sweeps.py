@@ -28,6 +28,7 @@ from app.domain.states import TrialState
 from app.domain.sweep_space import space_errors
 from app.domain.tables import Job, Sweep
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
+from app.schemas.stored_spec import stored
 from app.schemas.sweep import (
     BestTrial,
     SweepPublic,
@@ -84,7 +85,7 @@ def _trial(job: Job, spec: SweepSpec, value: float | None) -> TrialPublic:
         stop_reason=job.stop_reason,
         objective=value,
         epochs_run=job.current_epoch,
-        epochs=int(job.spec["training"]["epochs"]),
+        epochs=int(stored(job.spec)["training"]["epochs"]),  # a refused trial's, as drawn
     )
 
 
