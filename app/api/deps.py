@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.core.async_db import fetch
 from app.core.db import DB_SLOTS, session_factory
 from app.domain import crud, datasets
-from app.domain.admission import admission_errors, sweep_admission_errors
+from app.domain.admission import Admitted, admit, sweep_admission_errors
 from app.domain.keys import KEY_ROW, KEYS, Caller, KeyRow, split
 from app.domain.tables import ApiKey, Job
 from app.domain.warm_start import InitProblem, check_continues, resolve_init
@@ -220,14 +220,18 @@ def check_sweep_datasets(session: Session, key: Caller, spec: SweepSpec) -> None
         raise RequestValidationError(errors)
 
 
-def check_job_fits(session: Session, key: Caller, spec: JobSpec | SweepSpec) -> None:
-    """422 naming the fields when a job's estimated memory or disk exceeds any worker's
-    (for a sweep: its base, and each parameter's ends on it)."""
-    if isinstance(spec, SweepSpec):
-        errors = sweep_admission_errors(session, spec, key)
-    else:
-        errors = admission_errors(session, spec, key)
-    if errors:
+def check_job_fits(session: Session, key: Caller, spec: JobSpec) -> Admitted:
+    """The job's admission (its model built once: app.domain.admission.admit); 422 naming the
+    fields when its estimated memory or disk exceeds any worker's."""
+    admitted = admit(session, spec, key)
+    if admitted.errors:
+        raise RequestValidationError(admitted.errors)
+    return admitted
+
+
+def check_sweep_fits(session: Session, key: Caller, spec: SweepSpec) -> None:
+    """check_job_fits for a sweep: its base, and each parameter's ends on it."""
+    if errors := sweep_admission_errors(session, spec, key):
         raise RequestValidationError(errors)
 
 

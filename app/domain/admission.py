@@ -11,6 +11,7 @@ reads it, and each row once per request: a sweep's edges share the reads (`Looku
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +35,7 @@ from app.domain.keys import Caller
 from app.domain.spec_paths import apply_params
 from app.domain.sweep_space import combinations, space_edges
 from app.domain.tables import Dataset, Worker, utcnow
-from app.schemas.graph import GraphError
+from app.schemas.graph import BuiltGraph, GraphError
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 
@@ -89,21 +90,51 @@ def data_of(session: Session, spec: JobSpec, key: Caller | None) -> DataShape | 
     return Lookups(session, key).data(spec)
 
 
-def admitted(
-    session: Session, spec: JobSpec, key: Caller | None
-) -> tuple[dict[str, Any] | None, int | None]:
-    """What a job is stored with: its built model as the job resource shows it (parameters,
-    FLOPs per sample, each layer's output shape and parameters, head included) and its
-    estimated peak host memory; both None while the data is unknown or when the model does
-    not fit it."""
-    data = data_of(session, spec, key)
+@dataclass(frozen=True)
+class Admitted:
+    """One admission of a job spec: its data, its model built once for that data, the cost
+    estimated from it, and the field errors when it does not fit (the data and what follows
+    are None while the upload is unknown; graph and cost when the model does not fit it)."""
+
+    data: DataShape | None
+    graph: BuiltGraph | None
+    cost: Cost | None
+    errors: list[Any]
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        """The built model as the job resource shows it (parameters, FLOPs per sample, each
+        layer's output shape and parameters, head included)."""
+        return None if self.graph is None else self.graph.summary()
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return None if self.cost is None else self.cost.memory_bytes
+
+    @property
+    def disk_bytes(self) -> int | None:
+        """The job's checkpoints and model, reserved in its key's storage quota until it ran."""
+        return None if self.cost is None else self.cost.disk_bytes
+
+
+def admit(
+    session: Session, spec: JobSpec, key: Caller | None, lookups: Lookups | None = None
+) -> Admitted:
+    """The job's admission: its graph built once, its cost, and why it cannot be admitted on
+    cost (field errors, [] when it fits or while its upload is unknown: the data-set check
+    answers for that, as it does for a model that does not fit its upload)."""
+    lookups = lookups or Lookups(session, key)
+    data = lookups.data(spec)
+    if data is None:
+        return Admitted(None, None, None, [])
     try:
-        graph = None if data is None else graph_of(spec, data)
-    except GraphError:  # the submit checks refuse such a job first; never fail a store for it
-        return None, None
-    if data is None or graph is None:
-        return None, None
-    return graph.summary(), estimate(spec, data, graph).memory_bytes
+        graph = graph_of(spec, data)
+    except GraphError as exc:  # the submit checks refuse such a job first
+        return Admitted(data, None, None, [_error("model", f"model: {exc}")])
+    cost = estimate(spec, data, graph)
+    capacity = lookups.capacity(spec.resources.gpus)
+    errors = cost_errors(spec, cost, capacity, lookups.limit(capacity[0]))
+    return Admitted(data, graph, cost, errors)
 
 
 def worker_capacity(session: Session, gpus: int) -> tuple[int | None, int | None]:
@@ -157,8 +188,7 @@ def cost_errors(
 
 def disk_estimate(session: Session, spec: JobSpec, key: Caller) -> int | None:
     """The job's checkpoints and model, estimated (None while its upload is missing)."""
-    data = data_of(session, spec, key)
-    return None if data is None else estimate(spec, data).disk_bytes
+    return admit(session, spec, key).disk_bytes
 
 
 def admission_errors(
@@ -168,18 +198,16 @@ def admission_errors(
     where: str = "",
     lookups: Lookups | None = None,
 ) -> list[Any]:
-    """Why this job cannot be admitted on cost, as field errors ([] when it fits)."""
-    lookups = lookups or Lookups(session, key)
-    data = lookups.data(spec)
-    if data is None:
-        return []  # the data-set check answers for a missing upload
-    capacity = lookups.capacity(spec.resources.gpus)
-    errors = cost_errors(spec, estimate(spec, data), capacity, lookups.limit(capacity[0]))
-    return (
-        [{**e, "loc": ("body", *where.split("."), *e["loc"][1:])} for e in errors]
-        if where
-        else errors
-    )
+    """Why this job cannot be admitted on cost, as field errors ([] when it fits), under
+    `where` (a sweep's `base`)."""
+    return located(admit(session, spec, key, lookups).errors, where)
+
+
+def located(errors: list[Any], where: str) -> list[Any]:
+    """Field errors moved under `where` (none: as they are)."""
+    if not where:
+        return errors
+    return [{**e, "loc": ("body", *where.split("."), *e["loc"][1:])} for e in errors]
 
 
 def sweep_admission_errors(session: Session, sweep: SweepSpec, key: Caller) -> list[Any]:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.core.db import rows_changed
-from app.domain.admission import admitted
+from app.domain.admission import Admitted, admit
 from app.domain.cost import gigabytes
 from app.domain.datasets import lock_owner
 from app.domain.job_reads import page_query
@@ -41,14 +41,17 @@ def create_job(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
     disk_bytes: int | None = None,
+    admitted: Admitted | None = None,
 ) -> Job:
     """Store a new queued job (the caller commits before it is sent to the broker), with its
-    model's summary for the data it names."""
-    summary, memory = admitted(session, spec, caller_of(session, owner_id) if owner_id else None)
+    model's summary for the data it names and its memory estimate: from `admitted`, the
+    submit's admission of this spec, else admitted here."""
+    if admitted is None:
+        admitted = admit(session, spec, caller_of(session, owner_id) if owner_id else None)
     job = Job(
         disk_bytes=disk_bytes,
-        memory_bytes=memory,
-        model_summary=summary,
+        memory_bytes=admitted.memory_bytes,
+        model_summary=admitted.summary,
         owner_id=owner_id,
         idempotency_key=idempotency_key,
         request_hash=request_hash,

@@ -17,7 +17,8 @@ from app.domain.redact import without_server_paths
 from app.domain.states import JobStatus
 from app.domain.tables import EpochMetric, Job, JobTransition, StoredStanding, UTCDateTime
 from app.schemas.api import JobPublic, JobSummary, TransitionPublic
-from app.schemas.metric_row import ROW_FIELDS, spec_best_field
+from app.schemas.metric_row import ROW_FIELDS
+from app.schemas.stored_spec import shown
 
 # A job in a list, as app.schemas.api.JobSummary orders it: columns of the job, and `epochs`,
 # `tags` and `best_metric_name` from its spec. The JSON columns come as text, parsed here by
@@ -86,14 +87,8 @@ def _summary(row: Row) -> dict[str, Any]:
     spec = orjson.loads(values.pop("spec"))
     if values["model_summary"] is not None:
         values["model_summary"] = orjson.loads(values["model_summary"])
-    values |= _from_spec(spec)
+    values |= shown(spec)
     return {name: values[name] for name in SUMMARY_FIELDS}
-
-
-def _from_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """What a job's answer shows of its spec beside the spec itself."""
-    epochs, tags = spec["training"]["epochs"], spec.get("tags") or {}
-    return {"epochs": epochs, "tags": tags, "best_metric_name": spec_best_field(spec)}
 
 
 # One job as GET /v1/jobs/{id} shows it (app.schemas.api.JobPublic), in one statement: the
@@ -173,7 +168,7 @@ def job_public(values: dict[str, Any]) -> dict[str, Any]:
     error = values["error"]
     found = {
         **values,
-        **_from_spec(values["spec"]),
+        **shown(values["spec"]),
         "error": error and without_server_paths(error),  # rows written before §10c
         **waiting(values["status"], values["standing"]),
     }

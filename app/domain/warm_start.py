@@ -193,7 +193,7 @@ def check_continues(session: Session, key: Caller, spec: JobSpec) -> None:
     why = None
     if source.status != JobStatus.succeeded:
         why = f"job {source.id} is {source.status}; only a succeeded job can be continued"
-    elif (source.spec["framework"], _spec_of(source).model.model_dump(mode="json")) != (
+    elif (source.framework, _spec_of(source).model.model_dump(mode="json")) != (
         spec.framework,
         model,
     ):

@@ -20,6 +20,7 @@ from app.domain.epoch_stats import totals
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.tables import EpochMetric, Job, JobRun
 from app.schemas.metric_row import EPOCH_SECONDS
+from app.schemas.stored_spec import stored
 
 RECENT_EPOCHS = 5  # a running job's pace: its last few epochs (a box's load moves)
 RECENT_JOBS = 5  # start-up and wind-down: the median of the framework's last few jobs
@@ -110,7 +111,7 @@ def remaining(session: Session, job_id: str, now: datetime) -> float | None:
     if job is None or job.status not in ACTIVE:
         return 0.0
     costs = overheads(session, job.framework)
-    left = max(int(job.spec["training"]["epochs"]) - job.current_epoch, 0)
+    left = max(stored(job.spec)["training"]["epochs"] - job.current_epoch, 0)
     opened = session.scalar(  # this run's start (a preempted job resumes under its attempt)
         select(func.max(JobRun.started)).where(JobRun.job_id == job_id, JobRun.ended.is_(None))
     )
@@ -137,5 +138,5 @@ def expected_seconds(session: Session, job: Job) -> float | None:
 
 def held(job: Job, per_epoch: float, costs: Overheads) -> float:
     """expected_seconds, given its framework's mean epoch time and overheads."""
-    left = max(int(job.spec["training"]["epochs"]) - job.current_epoch, 0)  # a resume: fewer
+    left = max(stored(job.spec)["training"]["epochs"] - job.current_epoch, 0)  # a resume: fewer
     return costs.startup + left * per_epoch + costs.wind_down

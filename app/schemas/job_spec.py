@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     field_validator,
@@ -325,6 +326,7 @@ class JobSpec(StrictModel):
         Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.\-/]+$")],
         Annotated[str, Field(max_length=256)],
     ] = Field(default_factory=dict, max_length=32, description="free-form labels")
+    _builds: Builds = PrivateAttr(default_factory=lambda: Builds())
 
     @field_validator("tags")
     @classmethod
@@ -445,9 +447,29 @@ def model_input(
     return TensorType(tuple(sample_shape), tokens, vocab)
 
 
+class Builds:
+    """The graphs built for one spec object, by input and output width, each with the model
+    it was built from: the validator's build serves the data-set check, admission and the
+    stored summary of the same request. Not part of the spec's value: any two compare equal
+    (pydantic compares private attributes). Bounded by the inputs one spec is built for."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[tuple[TensorType, int], tuple[object, BuiltGraph]] = {}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Builds)
+
+
 def built_model(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGraph:
-    """The job's model as a graph built for its data (head included); GraphError if not."""
-    return build(spec.model.graph(x), x, outputs)
+    """The job's model as a graph built for its data (head included); GraphError if not.
+    Built once per spec object and input: a copy with another model builds its own."""
+    graphs = spec._builds.graphs
+    found = graphs.get((x, outputs))
+    if found is not None and found[0] is spec.model:
+        return found[1]
+    graph = build(spec.model.graph(x), x, outputs)
+    graphs[(x, outputs)] = (spec.model, graph)
+    return graph
 
 
 def count_parameters(model: ModelSpec, sample_shape: tuple[int, ...], outputs: int) -> int:

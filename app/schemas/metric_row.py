@@ -11,8 +11,6 @@ them equal).
 
 from __future__ import annotations
 
-from typing import Any
-
 SPLITS = ("train", "val")  # the passes of an epoch that are scored
 SCORES = ("loss", "accuracy", "mae")  # what a back-end reports for a pass (loss incl. L2)
 EPOCH_SECONDS = "epoch_seconds"  # how long the epoch took (the scheduler's ETA reads it)
@@ -48,9 +46,3 @@ def best_field(monitor: str | None, validates: bool) -> str:
     if monitor is not None:
         return monitored(monitor)
     return score_field("val" if validates else "train", "loss")
-
-
-def spec_best_field(spec: dict[str, Any]) -> str:
-    """best_field of a stored spec (a JobSpec as JSON, its defaults filled in)."""
-    monitor = (spec.get("early_stopping") or {}).get("monitor")
-    return best_field(monitor, (spec.get("dataset") or {}).get("validation_split", 0) > 0)

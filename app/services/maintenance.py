@@ -25,6 +25,7 @@ from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, utcnow
 from app.scheduler import gang, standings
 from app.scheduler.preempt import preempt_round
+from app.schemas.stored_spec import stored
 from app.services import ingest_lease, sweeps
 from app.services.dispatch import Sent, dispatch, wake
 from app.services.queue import send_ingest
@@ -98,7 +99,7 @@ def _needs_sending(session: Session, job: Job, settings: Settings) -> bool:
 
 def _queue_expired(job: Job) -> int | None:
     """max_queue_seconds, if this job has waited longer for its first start."""
-    limit = job.spec.get("max_queue_seconds")
+    limit = stored(job.spec).get("max_queue_seconds")
     # Only a job that never started: one re-queued after a lost worker is bounded by
     # max_restarts instead, and its age says nothing about its wait.
     if limit and job.attempt == 0 and utcnow() - job.created_at > timedelta(seconds=limit):

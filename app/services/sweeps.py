@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain import sweeps as rows
+from app.domain.admission import Admitted
 from app.domain.redact import without_server_paths
 from app.domain.spec_paths import apply_params
 from app.domain.states import (
@@ -183,23 +184,23 @@ def _store_asked(
     (Optuna is told at the next top-up); of the rest, those within the owner's limits as
     queued jobs. The queued jobs, and how many were refused."""
     admission = trial_limits.Admission(session, sweep.owner_id)
-    admitted: list[tuple[int, JobSpec]] = []
+    admitted: list[tuple[int, JobSpec, Admitted]] = []
     refused = 0
     for number, params in asked:
         body = trial_body(spec, number, params)
-        job_spec, why = admission.refusal(body)
-        if job_spec is None:
-            trial_rows.refused(session, sweep, body, number, why or trial_limits.REFUSED)
+        found = admission.refusal(body)
+        if isinstance(found, str):
+            trial_rows.refused(session, sweep, body, number, found)
             refused += 1
         else:
-            admitted.append((number, job_spec))
+            admitted.append((number, *found))
     # What passes the owner's limits is stored; the rest stay Optuna's, asked and not
     # stored, and are launched by a later top-up with the same parameters.
-    specs = [job_spec for _, job_spec in admitted]
-    disks, sweep.wait_reason = trial_limits.fitting(session, sweep.owner_id, specs)
+    trials = [trial for _, _, trial in admitted]
+    disks, sweep.wait_reason = trial_limits.fitting(session, sweep.owner_id, trials)
     launched = [
-        trial_rows.queued(session, sweep, job_spec, number, disk)
-        for (number, job_spec), disk in zip(admitted, disks, strict=False)
+        trial_rows.queued(session, sweep, job_spec, number, disk, trial)
+        for (number, job_spec, trial), disk in zip(admitted, disks, strict=False)
     ]
     return launched, refused
 

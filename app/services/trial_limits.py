@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.domain import crud, datasets
-from app.domain.admission import Lookups, admission_errors, disk_estimate
+from app.domain.admission import Admitted, Lookups, admit
 from app.domain.keys import caller_of
 from app.domain.sweep_space import rejection
 from app.domain.tables import ApiKey
@@ -47,20 +47,22 @@ class Admission:
         self.cap = row.max_priority if row is not None else None
         self.lookups = Lookups(session, self.owner)
 
-    def refusal(self, body: dict[str, Any]) -> tuple[JobSpec | None, str | None]:
-        """The trial's spec when a POST of it by its owner would be admitted now; else
-        (None, why not)."""
+    def refusal(self, body: dict[str, Any]) -> tuple[JobSpec, Admitted] | str:
+        """The trial's spec and its admission (its model built once: app.domain.admission.
+        admit) when a POST of it by its owner would be admitted now; else why not."""
         try:
             spec = JobSpec.model_validate_json(json.dumps(body))
         except ValidationError:
-            return None, f"{REFUSED}: {rejection(body)}"
-        why = self._owner_problem(spec)
+            return f"{REFUSED}: {rejection(body)}"
+        why, admitted = self._owner_problem(spec), None
         if why is None:
-            errors = admission_errors(self.session, spec, self.owner, lookups=self.lookups)
-            why = _field_message(errors[0]) if errors else None
+            admitted = admit(self.session, spec, self.owner, self.lookups)
+            why = _field_message(admitted.errors[0]) if admitted.errors else None
         if why is None and spec.init is not None:
             spec, why = self._warm_start(spec)
-        return (None, f"{REFUSED}: {why}") if why else (spec, None)
+        if why or admitted is None:
+            return f"{REFUSED}: {why}"
+        return spec, admitted
 
     def _warm_start(self, spec: JobSpec) -> tuple[JobSpec, str | None]:
         """The trial's init resolved for its own graph, as a submit resolves a job's (a
@@ -89,25 +91,24 @@ def _field_message(error: dict[str, Any]) -> str:
 
 
 def fitting(
-    session: Session, owner_id: str | None, specs: Sequence[JobSpec]
+    session: Session, owner_id: str | None, admitted: Sequence[Admitted]
 ) -> tuple[list[int | None], str | None]:
-    """The disk each of the first trials that fit reserves (in order), and why the next one
-    does not fit (None when all do)."""
-    if not specs:
+    """The disk each of the first admitted trials that fit reserves (in order), and why the
+    next one does not fit (None when all do)."""
+    if not admitted:
         return [], None
     if owner_id is None:  # no key, no per-key limits
-        return [None] * len(specs), None
-    owner = caller_of(session, owner_id)
+        return [None] * len(admitted), None
     limit = get_settings().max_active_jobs_per_key
     active = crud.count_active(session, owner_id)  # locks the key's row until the commit
     reserved: list[int | None] = []
-    for spec in specs:
+    for trial in admitted:
         if limit and active + len(reserved) >= limit:
             return reserved, (
                 f"waiting: this key has {limit} queued or running jobs "
                 "(EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY); the next trial is queued when one ends"
             )
-        disk = disk_estimate(session, spec, owner)
+        disk = trial.disk_bytes
         adding = sum(d or 0 for d in reserved) + (disk or 0)
         if why := datasets.over_quota(session, owner_id, adding, "its next trials' files need"):
             return reserved, f"waiting: {why}"

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.domain import crud
+from app.domain.admission import Admitted
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.domain.tables import Job, Sweep, utcnow
 from app.schemas.job_spec import JobSpec
@@ -15,14 +16,23 @@ from app.schemas.priority import PRIORITY_DEFAULT
 from app.services.queue import queue_for_gpus
 
 
-def queued(session: Session, sweep: Sweep, job_spec: JobSpec, number: int, disk: int | None) -> Job:
-    """The trial as an ordinary queued job of the sweep's owner, its files reserved."""
+def queued(
+    session: Session,
+    sweep: Sweep,
+    job_spec: JobSpec,
+    number: int,
+    disk: int | None,
+    admitted: Admitted,
+) -> Job:
+    """The trial as an ordinary queued job of the sweep's owner, its files reserved, with
+    the summary and estimates of its admission (app.services.trial_limits)."""
     job = crud.create_job(
         session,
         job_spec,
         queue_for_gpus(job_spec.resources.gpus),
         owner_id=sweep.owner_id,
         disk_bytes=disk,
+        admitted=admitted,
     )
     job.sweep_id, job.sweep_trial = sweep.id, number
     session.flush()

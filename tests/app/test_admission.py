@@ -4,6 +4,8 @@ and both numbers; the limit is the setting or the largest live worker's advertis
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,6 +18,7 @@ from tests.conftest import make_key
 from worker.supervisor.heartbeat import beat
 
 GB = 10**9
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -140,3 +143,34 @@ def test_an_upload_is_costed_from_its_row(
     response = client.post("/v1/jobs", json=body)
     assert response.status_code == 422
     assert response.json()["errors"][0]["field"] == "dataset.id"
+
+
+def test_a_submit_builds_its_model_once(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The validator, the data-set check, admission, the disk reservation and the stored
+    # summary all take the one build: counted around the real build, which still runs.
+    import numpy as np
+    import yaml
+
+    from app.schemas import job_spec
+    from tests.app.test_datasets import npz, upload
+
+    builds: list[int] = []
+    real = job_spec.build
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        builds.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(job_spec, "build", counted)
+    residual = yaml.safe_load((ROOT / "examples" / "residual-fashion-mnist.yaml").read_text())
+    x = np.zeros((200, 28, 28, 1), np.uint8)  # an image data set: channels last
+    dataset_id = upload(client, npz(x=x, y=np.arange(200) % 10)).json()["id"]
+    uploaded = {**residual, "dataset": {"id": dataset_id}}
+    for body in (residual, uploaded):
+        builds.clear()
+        response = client.post("/v1/jobs", json=body)
+        assert response.status_code == 201, response.text
+        assert len(builds) == 1, body["dataset"]
+        assert response.json()["model_summary"]["parameters"] > 0

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.schemas.job_spec import SPEC_EXAMPLE, JobSpec, count_parameters
+from app.schemas.job_spec import (
+    SPEC_EXAMPLE,
+    JobSpec,
+    built_model,
+    count_parameters,
+    model_input,
+)
 
 MINIMAL = {"framework": "pytorch", "dataset": {"name": "digits"}}
 
@@ -252,3 +258,18 @@ def test_openapi_lists_every_op_with_its_fields_descriptions_and_bounds() -> Non
     filters = schemas["Conv2D"]["properties"]["filters"]
     assert (filters["minimum"], filters["maximum"]) == (1, 1024)
     assert schemas["Dropout"]["properties"]["rate"]["maximum"] == 0.9
+
+
+def test_a_spec_builds_its_model_once_and_a_copy_with_another_model_its_own() -> None:
+    spec = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "digits"}})
+    x = model_input(spec, (8, 8))
+    graph = built_model(spec, x, 10)
+    assert built_model(spec, x, 10) is graph  # the validator's build, shared
+    assert built_model(spec, x, 3) is not graph  # another head: built for it
+    mlp = {"type": "mlp", "hidden_units": [7]}
+    wider = JobSpec.model_validate({**spec.model_dump(mode="json"), "model": mlp})
+    copied = spec.model_copy(update={"model": wider.model})
+    assert built_model(copied, x, 10).parameters == built_model(wider, x, 10).parameters
+    assert built_model(copied, x, 10).parameters != graph.parameters
+    fresh = JobSpec.model_validate(spec.model_dump())
+    assert fresh == spec  # the builds are no part of the spec's value

@@ -35,7 +35,6 @@ from app.api.polled import (
 from app.api.responses import FastJSON
 from app.core.config import get_settings
 from app.domain import crud, datasets, retention
-from app.domain.admission import disk_estimate
 from app.domain.keys import Caller
 from app.domain.redact import job_texts, without_server_paths
 from app.domain.states import JobStatus, SweepStatus
@@ -46,7 +45,7 @@ from app.schemas.api import JobPublic, JobsPublic, JobSummary, MetricsPublic
 from app.schemas.continuation import ContinueRequest
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
-from app.schemas.metric_row import spec_best_field
+from app.schemas.stored_spec import shown
 from app.services import sweeps
 from app.services.dispatch import dispatch_new
 from app.services.queue import queue_for_gpus
@@ -56,12 +55,9 @@ FRAMEWORK_NAME = "^(" + "|".join(sorted(FRAMEWORKS)) + ")$"
 
 
 def summary(job: Job) -> JobSummary:
-    spec = job.spec
     return JobSummary(
         **{f: getattr(job, f) for f in JobSummary.model_fields if hasattr(Job, f)},
-        epochs=spec["training"]["epochs"],
-        tags=spec.get("tags", {}),
-        best_metric_name=spec_best_field(spec),
+        **shown(job.spec),
     )
 
 
@@ -155,10 +151,12 @@ def _store(
         return None, public(session, earlier)
     _check_quota(session, key, spec.resources.nodes)
     check_job_dataset(session, key, spec)  # an upload must exist, be yours, and fit the model
-    check_job_fits(session, key, spec)  # and the job must fit in a worker's memory and disk
+    # and fit in a worker's memory and disk; the one admission, its model built once, that
+    # the stored job's summary and estimates come from (init and priority leave them as they are)
+    admitted = check_job_fits(session, key, spec)
     spec = check_job_init(session, key, spec)  # a warm start's nodes, resolved and checked
     spec = check_job_priority(session, key, spec)  # within the key's cap
-    disk = disk_estimate(session, spec, key)  # reserved in the key's storage quota until it ran
+    disk = admitted.disk_bytes  # reserved in the key's storage quota until it ran
     if why := datasets.over_quota(session, key.id, disk or 0, "this job's files need"):
         raise HTTPException(507, why)
     try:
@@ -170,6 +168,7 @@ def _store(
             idempotency_key=idempotency_key,
             request_hash=digest,
             disk_bytes=disk,
+            admitted=admitted,
         )
         session.commit()
     except IntegrityError:  # a concurrent request with the same key won the race

@@ -14,9 +14,9 @@ from app.api.bounded import WorkBound
 from app.api.deps import (
     CurrentKey,
     SessionDep,
-    check_job_fits,
     check_job_priority,
     check_sweep_datasets,
+    check_sweep_fits,
     check_sweep_init,
     owner_filter,
     release_db,
@@ -28,6 +28,7 @@ from app.domain.states import TrialState
 from app.domain.sweep_space import space_errors
 from app.domain.tables import Job, Sweep
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
+from app.schemas.stored_spec import stored
 from app.schemas.sweep import (
     BestTrial,
     SweepPublic,
@@ -84,7 +85,7 @@ def _trial(job: Job, spec: SweepSpec, value: float | None) -> TrialPublic:
         stop_reason=job.stop_reason,
         objective=value,
         epochs_run=job.current_epoch,
-        epochs=int(job.spec["training"]["epochs"]),
+        epochs=int(stored(job.spec)["training"]["epochs"]),  # a refused trial's, as drawn
     )
 
 
@@ -155,7 +156,7 @@ def _store(session: SessionDep, key: CurrentKey, spec: SweepSpec) -> tuple[Sweep
             raise RequestValidationError(errors)
         check_sweep_datasets(session, key, spec)  # the base's upload and every one a choice names
         check_sweep_init(session, key, spec)  # the job the base warm-starts from, and its nodes
-        check_job_fits(session, key, spec)
+        check_sweep_fits(session, key, spec)  # the base, and each parameter's ends on it
         spec = check_job_priority(session, key, spec)  # within the key's cap
         sweep, trials = controller.submit(session, spec, key.id)
     except rows.TooManySweeps as exc:
