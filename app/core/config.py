@@ -111,7 +111,8 @@ class Settings(BaseSettings):
     job_memory_limit_bytes: int | None = Field(
         None,
         ge=2**20,
-        description="A fixed limit for every training process instead (unset: from the estimate).",
+        description="A fixed limit for every training process instead (unset: from the estimate); "
+        "a streaming reader then takes at most half of it.",
     )
     cache_dir: Path | None = Field(
         None,
@@ -322,6 +323,12 @@ class Settings(BaseSettings):
         if self.max_storage_bytes_per_key is None:
             return PRODUCTION_STORAGE_BYTES_PER_KEY if self.production else None
         return self.max_storage_bytes_per_key or None
+
+    @property
+    def fixed_job_memory_limit(self) -> int | None:
+        """EPOCHAL_JOB_MEMORY_LIMIT_BYTES where limits are on: every training process's
+        limit, known before its job is (None: off, or each job's from its estimate)."""
+        return None if self.job_memory_limit == "off" else self.job_memory_limit_bytes
 
     @property
     def resolved_home(self) -> Path:

@@ -11,7 +11,8 @@ reads it, and each row once per request: a sweep's edges share the reads (`Looku
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,7 @@ from app.domain.cost import (
 from app.domain.datasets import get_visible
 from app.domain.keys import Caller
 from app.domain.spec_paths import apply_params
+from app.domain.stream_memory import held_bytes
 from app.domain.sweep_space import combinations, space_edges
 from app.domain.tables import Dataset, Worker, utcnow
 from app.schemas.graph import BuiltGraph, GraphError
@@ -64,7 +66,7 @@ class Lookups:
                 else get_visible(self.session, dataset_id, self.key)
             )
             self._data[dataset_id] = None if row is None else _shape_of(row)
-        return self._data[dataset_id]
+        return _as_held(self._data[dataset_id], spec)
 
     def capacity(self, gpus: int) -> tuple[int | None, int | None]:
         if gpus not in self._capacity:
@@ -82,7 +84,18 @@ def _shape_of(row: Dataset) -> DataShape:
     outputs = row.classes or 1
     shape = tuple(int(n) for n in row.shape)
     itemsize = itemsize_of(row.dtype)
-    return DataShape(row.samples, row.test_samples or 0, shape, itemsize, outputs, row.vocab)
+    # A sharded data set streams: held_bytes is set per spec (_as_held); 0 marks it until then.
+    held = 0 if row.storage == "shards" else None
+    return DataShape(row.samples, row.test_samples or 0, shape, itemsize, outputs, row.vocab, held)
+
+
+def _as_held(data: DataShape | None, spec: JobSpec) -> DataShape | None:
+    """A sharded data set's shape with what this spec's process holds of it."""
+    if data is None or data.held_bytes is None:
+        return data
+    values = math.prod(data.sample_shape)
+    held = held_bytes(get_settings(), spec.dataset.stream_ram_mb, values, data.itemsize)
+    return replace(data, held_bytes=held)
 
 
 def data_of(session: Session, spec: JobSpec, key: Caller | None) -> DataShape | None:

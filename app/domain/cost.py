@@ -4,6 +4,8 @@ The estimate follows what the training child really holds at its peak, so an hon
 fits passes and one that cannot fit is refused at the door instead of OOM-ing on a worker:
 - the data set as loaded, in its source dtype, plus the float32 copy the loop trains on
   (synthetic data is generated in float64, then converted), train and test split together;
+  a sharded data set is streamed instead, so only what a process holds of it
+  (app.domain.stream_memory: the reader's budget and the normalization's sample);
 - weights, gradients and optimizer state (the slots the optimizer's module names: adam and
   adamw keep two moments, rmsprop one (two with momentum), sgd one with momentum),
   all float32;
@@ -48,6 +50,7 @@ class DataShape:
     itemsize: int
     outputs: int
     vocab: int | None = None  # token data: max id + 1 (app.domain.uploads); None for values
+    held_bytes: int | None = None  # streamed (shards): what a process holds of it at most
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,8 @@ def estimate(spec: JobSpec, data: DataShape, graph: BuiltGraph | None = None) ->
     values = (data.samples + data.test_samples) * math.prod(data.sample_shape)
     labels = (data.samples + data.test_samples) * 8  # int64 classes or float targets
     data_bytes = values * (data.itemsize + FLOAT32) + labels  # token ids: an int32 copy
+    if data.held_bytes is not None:
+        data_bytes = data.held_bytes
     graph = graph or graph_of(spec, data)
     params = graph.parameters
     held = params + graph.frozen_parameters  # frozen weights are held and saved, not trained

@@ -100,3 +100,14 @@ def test_frozen_weights_are_held_and_saved_but_keep_no_gradient_or_state() -> No
     assert cost.parameters == trained
     assert cost.model_bytes == (held + trained) * 4 + 2 * trained * 4  # Adam's two moments
     assert cost.disk_bytes == 2 * (held + 2 * trained) * 4 + 3 * held * 4
+
+
+def test_a_streamed_data_set_counts_what_a_process_holds_of_it_not_its_size() -> None:
+    """A sharded data set of 10 TB: the estimate is the reader's budget and sample, so it is
+    admitted wherever those fit."""
+    whole = DataShape(600_000_000, 0, (4096,), 4, 4)
+    streamed = DataShape(600_000_000, 0, (4096,), 4, 4, held_bytes=700 * 2**20)
+    job = spec(dataset={"id": "d"}, model={"hidden_units": [8]})
+    assert estimate(job, streamed).data_bytes == 700 * 2**20
+    assert estimate(job, whole).data_bytes > 10**13
+    assert estimate(job, streamed).memory_bytes < 2 * 2**30

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,62 @@ def test_a_group_left_by_a_dead_worker_is_removed_and_a_live_ones_kept(tmp_path:
     left.mkdir(), live.mkdir()
     sweep_stale(tmp_path)
     assert not left.exists() and live.exists()
+
+
+# Once in its group (a line on stdin), holds 60 MiB of its own, then reads a file through the
+# page cache and waits.
+READER = (
+    "import sys, time\n"
+    "sys.stdin.readline()\n"
+    "held = bytearray(60 * 2**20)\n"
+    "with open(sys.argv[1], 'rb') as f:\n"
+    "    while f.read(2**20):\n"
+    "        pass\n"
+    "print('read', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.skipif(cgroup_v1.parent_group() is None, reason="no writable cgroup v1 memory")
+def test_a_cgroup_peak_is_the_groups_own_memory_not_the_page_cache_it_reads(
+    tmp_path: Path,
+) -> None:
+    """A file of twice the limit read through the page cache: the kernel charges the group
+    for its pages and reclaims them, so the child lives, and its peak is what it holds."""
+    data = tmp_path / "data.bin"
+    with data.open("wb") as out:
+        for _ in range(2 * LIMIT // MIB):
+            out.write(os.urandom(MIB))
+        out.flush()
+        os.fsync(out.fileno())
+        os.posix_fadvise(out.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # the child reads it in
+    child = subprocess.Popen(
+        [sys.executable, "-c", READER, str(data)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    started = memory_limit.start(settings(), "job-cache", 1, LIMIT // 2, child.pid)
+    assert started is not None and isinstance(started[0], CgroupV1)
+    enforced = started[0]
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        os.set_blocking(child.stdout.fileno(), False)
+        said = b""
+        while b"read" not in said:  # the supervisor's looks, until the child has read it all
+            assert child.poll() is None, "the child was killed"
+            assert not enforced.poll()
+            said += child.stdout.read() or b""
+            time.sleep(0.05)
+        enforced.poll()
+        peak = enforced.peak()
+        charged = enforced.charged_peak()
+        assert not enforced.tripped()
+        assert peak is not None and 60 * MIB <= peak < 100 * MIB, peak
+        assert charged is not None and charged > peak + 50 * MIB  # the cache was charged
+    finally:
+        child.kill()
+        child.wait()
+        enforced.close()

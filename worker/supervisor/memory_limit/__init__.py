@@ -36,8 +36,8 @@ def limit_for(settings: Settings, admitted: int | None) -> tuple[int, str] | Non
     from: a job stored before estimates were kept)."""
     if settings.job_memory_limit == "off":
         return None
-    if settings.job_memory_limit_bytes is not None:
-        return settings.job_memory_limit_bytes, "EPOCHAL_JOB_MEMORY_LIMIT_BYTES"
+    if settings.fixed_job_memory_limit is not None:
+        return settings.fixed_job_memory_limit, "EPOCHAL_JOB_MEMORY_LIMIT_BYTES"
     if admitted is None:
         return None
     margin = settings.job_memory_margin

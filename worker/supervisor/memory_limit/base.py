@@ -51,10 +51,19 @@ class MemoryLimit(ABC):
 class CgroupLimit(MemoryLimit):
     """A limit that is a group of its own under `parent`: made before the child starts (groups
     a dead worker left are swept first), the child moved in, the group emptied and removed at
-    the end. Each cgroup version writes its own knobs in `configure`."""
+    the end. Each cgroup version writes its own knobs in `configure`.
+
+    The group is charged the page cache its processes read through too (the shards a
+    streamed data set is read from), which the kernel takes back before it kills anything:
+    its usage, and the kernel's own peak of it, stay near the limit however little the
+    process holds. So the peak of a run that ends well is the most of the group's own memory
+    (anonymous and shared, what no reclaim can take) seen at the supervisor's looks, as the
+    watchdog's is; a run the kernel killed reports the kernel's peak, the figure it held to
+    the limit."""
 
     def __init__(self, parent: Path, name: str, limit: int) -> None:
         super().__init__(limit)
+        self.most = 0
         sweep_stale(parent)
         self.folder = parent / name
         self.folder.mkdir()
@@ -67,6 +76,23 @@ class CgroupLimit(MemoryLimit):
     @abstractmethod
     def configure(self, limit: int) -> None:
         """Write the version's limit knobs into the new group."""
+
+    @abstractmethod
+    def held(self) -> int | None:
+        """The group's memory now less its page cache (None: unreadable)."""
+
+    @abstractmethod
+    def charged_peak(self) -> int | None:
+        """The kernel's peak of what the group was charged, page cache included."""
+
+    def poll(self) -> bool:
+        self.most = max(self.most, self.held() or 0)
+        return False
+
+    def peak(self) -> int | None:
+        if self.tripped() or not self.most:
+            return self.charged_peak()
+        return self.most
 
     def add(self, pid: int) -> None:
         (self.folder / "cgroup.procs").write_text(str(pid))

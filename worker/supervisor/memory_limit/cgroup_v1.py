@@ -1,8 +1,9 @@
 """A job's memory limit as a cgroup v1 memory group: <the worker's own group>/epochal-…, with
 memory.limit_in_bytes (and memsw, so swap is no way around it). The kernel's OOM killer
 ends a process of the group that goes over; memory.oom_control counts it, and
-memory.max_usage_in_bytes is the peak. Memory the process held before it joined (a warm
-child's framework import) stays charged to the worker's group."""
+memory.max_usage_in_bytes is the peak of the charge, page cache included (memory.stat's
+total_rss and total_shmem are the group's own memory, base.CgroupLimit). Memory the process
+held before it joined (a warm child's framework import) stays charged to the worker's group."""
 
 from __future__ import annotations
 
@@ -45,5 +46,10 @@ class CgroupV1(CgroupLimit):
     def tripped(self) -> bool:
         return (field_of(self.folder / "memory.oom_control", "oom_kill") or 0) > 0
 
-    def peak(self) -> int | None:
+    def held(self) -> int | None:
+        stat = self.folder / "memory.stat"
+        rss = field_of(stat, "total_rss")
+        return None if rss is None else rss + (field_of(stat, "total_shmem") or 0)
+
+    def charged_peak(self) -> int | None:
         return read_int(self.folder / "memory.max_usage_in_bytes")

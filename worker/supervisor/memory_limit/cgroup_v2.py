@@ -1,6 +1,8 @@
 """A job's memory limit as a cgroup v2 group: <the worker's own group>/epochal-…, with
 memory.max, memory.swap.max 0 and memory.oom.group (an OOM kill ends every process of the
-attempt at once, not one DDP rank). memory.events counts the kills, memory.peak is the peak.
+attempt at once, not one DDP rank). memory.events counts the kills, memory.peak is the peak
+of the charge, page cache included (memory.stat's anon and shmem are the group's own memory,
+base.CgroupLimit).
 
 The job's group goes under the worker's own group, or under that group's parent where the
 worker runs in a leaf of its delegated group (systemd's Delegate= with DelegateSubgroup=):
@@ -64,7 +66,12 @@ class CgroupV2(CgroupLimit):
     def tripped(self) -> bool:
         return (field_of(self.folder / "memory.events", "oom_kill") or 0) > 0
 
-    def peak(self) -> int | None:
+    def held(self) -> int | None:
+        stat = self.folder / "memory.stat"
+        anon = field_of(stat, "anon")
+        return None if anon is None else anon + (field_of(stat, "shmem") or 0)
+
+    def charged_peak(self) -> int | None:
         return read_int(self.folder / "memory.peak")  # Linux 5.19 and later
 
     def close(self) -> None:

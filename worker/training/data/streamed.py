@@ -8,8 +8,9 @@ ingest keeps a file's record order, so a file sorted by class should be shuffled
 read in chunks, chunk k by rank k mod ranks, and scored as sums.
 
 Normalization is today's (worker.training.data.splits.normalizer) with its statistics taken
-from a seeded sample of at most STAT_SHARDS training shards and STAT_ROWS rows: every
-training sample for a small data set, a bounded read for a large one.
+from a seeded sample of at most STAT_SHARDS training shards and app.domain.stream_memory's
+statistics_rows: every training sample for a small data set, a bounded read for a large one.
+The reader's memory budget is app.domain.stream_memory's too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.core.config import get_settings
+from app.domain.stream_memory import READER_SHARE, reader_bytes, statistics_rows
 from app.domain.upload_rules import TOKEN_DTYPE
 from app.schemas.augment import eval_steps
 from app.schemas.job_spec import JobSpec
@@ -33,11 +35,10 @@ from worker.training.data.splits import normalizer
 from worker.training.data.stream import Batch, ShardStream, required_ram_bytes
 from worker.training.data.types import DataError, Splits, StreamSource
 
-STAT_SHARDS, STAT_ROWS = 4, 10_000
+STAT_SHARDS = 4
 SAMPLE_ROWS = 256  # prepared training rows kept in memory: the input's shape, ONNX parity
 REPORT_ROWS = 10_000  # held-out rows the evaluation report (confusion matrix) is drawn from
 EVAL_ROWS = 4096  # rows per chunk of a streamed evaluation
-MB = 1024 * 1024
 
 
 @dataclass
@@ -77,8 +78,7 @@ class StreamedData:
         if test is not None:
             tested = min(test.rows, ds.limit or test.rows)
             self.parts["test"] = Part(dataset_prefix(ds.id or "", "test"), test, 0, tested)
-        limit = get_settings().stream_ram_bytes
-        self.ram_bytes = min(limit, ds.stream_ram_mb * MB) if ds.stream_ram_mb else limit
+        self.ram_bytes = reader_bytes(get_settings(), ds.stream_ram_mb)
         self._readers: dict[str, ShardReader] = {}
         self.scale, self.shift = self._statistics(ds.normalize)
         # Training batches take every augment step; held-out rows only the deterministic ones.
@@ -114,7 +114,8 @@ class StreamedData:
             raise DataError(
                 f"streaming this data set needs {needed} bytes of reader memory (shards of up "
                 f"to {part.index.max_shard_bytes} bytes, batches of {plan.local_batch}); the "
-                f"limit is {self.ram_bytes} (EPOCHAL_STREAM_RAM_BYTES, dataset.stream_ram_mb)"
+                f"limit is {self.ram_bytes} (EPOCHAL_STREAM_RAM_BYTES, dataset.stream_ram_mb, "
+                f"or {READER_SHARE:.0%} of EPOCHAL_JOB_MEMORY_LIMIT_BYTES)"
             )
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
@@ -173,8 +174,9 @@ class StreamedData:
                 for s in chosen
             ]
         )
-        if len(ids) > STAT_ROWS:
-            ids = np.sort(rng.choice(ids, STAT_ROWS, replace=False))
+        most = statistics_rows(int(np.prod(part.index.schema.x_shape)))
+        if len(ids) > most:
+            ids = np.sort(rng.choice(ids, most, replace=False))
         x, _ = self._reader("train").take(ids)
         return normalizer(x.astype(np.float32), None, how)
 
