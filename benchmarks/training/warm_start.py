@@ -3,7 +3,8 @@
 `python -m benchmarks --only warm_start` (or `python -m benchmarks.training.warm_start
 [--tiny | SAMPLES EPOCHS SOURCE_EPOCHS]`), per framework in a fresh process:
 - Fashion-MNIST's classes 0-4 and 5-9 (labels 0-4 both) stored as two uploads, the way the
-  API stores one, in a data directory of the run's own; SAMPLES training images of each;
+  API stores one, in a data directory of the run's own; SAMPLES images of each,
+  VALIDATION_SPLIT of them held out;
 - the residual CNN of examples/residual-fashion-mnist.yaml trained on classes 0-4 (the source
   job, SOURCE_EPOCHS epochs); its weights kept where a succeeded job's are;
 - the same graph on classes 5-9, its backbone taken from the source by `init` (the head fresh:
