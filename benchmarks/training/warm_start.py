@@ -1,7 +1,7 @@
 """Warm start against training from scratch, both frameworks: does a trained backbone help?
 
 `python -m benchmarks --only warm_start` (or `python -m benchmarks.training.warm_start
-[--tiny | SAMPLES EPOCHS SOURCE_EPOCHS]`), per framework in a fresh process:
+[--tiny | SAMPLES EPOCHS SOURCE_EPOCHS SEED]`), per framework in a fresh process:
 - Fashion-MNIST's classes 0-4 and 5-9 (labels 0-4 both) stored as two uploads, the way the
   API stores one, in a data directory of the run's own; SAMPLES images of each,
   VALIDATION_SPLIT of them held out;
@@ -36,13 +36,13 @@ from benchmarks.training.architectures import FRAMEWORKS, RESNET, example
 from benchmarks.training.common import fashion_arrays
 from benchmarks.training.suite import bench, run_case
 
-SEED = 7
 VALIDATION_SPLIT = 0.2
 BATCH = 64  # the example's 128 gives too few steps an epoch on a subset to settle batch norm
 FROZEN_UP_TO = "pool1"  # the stem and stage 1: every layer up to the end of stage 1
-FULL = (3000, 3, 3)  # images per half (a tenth of each), fine-tune epochs, source epochs
-QUICK = (1000, 2, 1)
-TINY = (300, 1, 1)
+# images per half (a tenth of each), fine-tune epochs, source epochs, every job's seed
+FULL = (3000, 3, 3, 7)
+QUICK = (1000, 2, 1, 7)
+TINY = (300, 1, 1, 7)
 
 
 def write_halves(data_dir: Path, samples: int) -> tuple[str, str]:
@@ -64,10 +64,10 @@ def write_halves(data_dir: Path, samples: int) -> tuple[str, str]:
 
 
 def spec_body(
-    framework: str, dataset_id: str, epochs: int, frozen: frozenset[str] = frozenset()
+    framework: str, dataset_id: str, epochs: int, seed: int, frozen: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
     """The residual example on an upload; the `frozen` layers not trainable."""
-    body = example(RESNET, framework, epochs=epochs, seed=SEED, batch_size=BATCH)
+    body = example(RESNET, framework, epochs=epochs, seed=seed, batch_size=BATCH)
     body["dataset"] = {"id": dataset_id, "validation_split": VALIDATION_SPLIT}
     body.pop("lr_scheduler", None)
     layers = body["model"]["layers"]
@@ -131,22 +131,26 @@ def frozen_identical(source: Path, warm: Path, frozen: frozenset[str]) -> tuple[
     return same and bool(names), len(names)
 
 
-def case(framework: str, samples: int, epochs: int, source_epochs: int) -> dict[str, Any]:
+def case(
+    framework: str, samples: int, epochs: int, source_epochs: int, seed: int
+) -> dict[str, Any]:
     """Source, warm and scratch jobs of one framework; their curves and the two checks."""
     with tempfile.TemporaryDirectory() as root:
         data_dir, jobs = Path(root) / "data", Path(root) / "jobs"
         first, second = write_halves(data_dir, samples)
-        scratch = spec_body(framework, second, epochs)
+        scratch = spec_body(framework, second, epochs, seed)
         taken = backbone(scratch, data_dir)
         frozen = stem_and_stage1(scratch) & frozenset(taken)
-        source_curve = train(spec_body(framework, first, source_epochs), data_dir, jobs / "source")
-        warm = spec_body(framework, second, epochs, frozen)
+        source = spec_body(framework, first, source_epochs, seed)
+        source_curve = train(source, data_dir, jobs / "source")
+        warm = spec_body(framework, second, epochs, seed, frozen)
         warm["init"] = {"from_job": "source", "nodes": taken}
         warm_curve = train(warm, data_dir, jobs / "warm")
         scratch_curve = train(scratch, data_dir, jobs / "scratch")
         identical, compared = frozen_identical(jobs / "source", jobs / "warm", frozen)
     return {
         "samples": samples,
+        "seed": seed,
         "source": source_curve,
         "warm": warm_curve,
         "scratch": scratch_curve,
@@ -158,11 +162,11 @@ def case(framework: str, samples: int, epochs: int, source_epochs: int) -> dict[
     }
 
 
-def run(samples: int, epochs: int, source_epochs: int) -> dict[str, dict[str, Any]]:
+def run(samples: int, epochs: int, source_epochs: int, seed: int) -> dict[str, dict[str, Any]]:
     """Every framework's case in a fresh process; BENCH lines as results arrive."""
     results = {}
     for framework in FRAMEWORKS:
-        args = ("case", framework, samples, epochs, source_epochs)
+        args = ("case", framework, samples, epochs, source_epochs, seed)
         result = run_case(*args, module="benchmarks.training.warm_start")
         for kind in ("warm", "scratch"):
             for epoch, value in enumerate(result[kind], start=1):
@@ -175,7 +179,8 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
     any_result = next(iter(results.values()))
     print(
         f"\nWarm start on Fashion-MNIST classes 5-9 from a backbone trained on 0-4 "
-        f"({any_result['samples']} training images per half, {VALIDATION_SPLIT:.0%} held out)"
+        f"({any_result['samples']} images per half, {VALIDATION_SPLIT:.0%} held out, "
+        f"seed {any_result['seed']})"
     )
     print(f"{'framework':<12}{'epoch':>6}{'warm acc':>10}{'scratch acc':>13}")
     for framework, result in results.items():
@@ -193,7 +198,7 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["case"]:
-        framework, numbers = argv[1], [int(a) for a in argv[2:5]]
+        framework, numbers = argv[1], [int(a) for a in argv[2:6]]
         print("RESULT " + json.dumps(case(framework, *numbers)), flush=True)
         return
     sizes = TINY if argv == ["--tiny"] else tuple(int(a) for a in argv) if argv else FULL
