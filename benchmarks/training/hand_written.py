@@ -8,7 +8,7 @@ builds from the example's spec (benchmarks.training.hand_written.graph_model) an
 nn.Module of benchmarks.training.hand_networks train on the same Fashion-MNIST batches (the
 system copy, scaled to [0, 1]) with the same AdamW, batch 128, 2 threads, in one process, in
 fp32 and under bf16 autocast. The two take turns, ROUNDS times, and each keeps its best
-samples/s (a turn's figure is its median step): on a shared machine a slow moment then
+samples/s (a turn's figure is its fastest step): on a shared machine a slow moment then
 hits one step or one turn, not one side.
 `--profile` prints torch.profiler's per-op self CPU table of a few steps of each side.
 """
@@ -20,7 +20,6 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from statistics import median
 
 import numpy as np
 import torch
@@ -126,21 +125,26 @@ def stepper(
 
 def samples_per_second(step: Callable, data: list, pace: Pace, start: int) -> float:
     """Steps on the cycled batches until both of the pace's minimums are met; the batch over
-    the median step's time, which a step that lost its core to another process moves less."""
+    the fastest step's time. On a shared machine a step whose threads lost their core to
+    another process waits for it (two threads meet at every op), so slower steps measure the
+    neighbours; even a turn's median did, with both cores taken by other test suites."""
     times: list[float] = []
     began = pace.clock()
     while len(times) < pace.steps or pace.clock() - began < pace.seconds:
         before = pace.clock()
         step(*data[(start + len(times)) % len(data)])
         times.append(pace.clock() - before)
-    return BATCH / median(times)
+    return BATCH / min(times)
 
 
 def measure(network: str, data: list, pace: Pace) -> list[list[str]]:
     """The table's rows for one network: best of ROUNDS alternated turns per side."""
     rows = []
-    built = models(network)
     for prec in PRECISIONS:
+        # Fresh models for each precision: after the other precision's turns the graph side
+        # stepped slower, and did not with denormals flushed to zero (values the two sides'
+        # different initial weights reach at different times, not a cost of the graph).
+        built = models(network)
         steps = {side: stepper(model, opt, prec) for side, (model, opt) in built.items()}
         for step in steps.values():
             for i in range(pace.warmup):
