@@ -1,10 +1,11 @@
 """`python -m benchmarks [--quick] [--only NAME]`, NAME one of training, streamed, checkpoints,
-architectures, warm_start, service or gang: every benchmark, baselines measured in the same run.
-Training speed against the seeds; a streamed data set against the same data in memory; a
-checkpoint's cost on the training path with an S3 store against the default one; the graph
-models' accuracy; a warm-started fine-tune against the same graph from scratch; the service's
-own costs (the gang among them), or the gang's alone (a 2-node job against one node's one and
-two replicas)."""
+architectures, hand_written, warm_start, service or gang: every benchmark, baselines measured in
+the same run. Training speed against the seeds; a streamed data set against the same data in
+memory; a checkpoint's cost on the training path with an S3 store against the default one; the
+graph models' accuracy; the PyTorch graph model's speed against the same network written by
+hand; a warm-started fine-tune against the same graph from scratch; the service's own costs
+(the gang among them), or the gang's alone (a 2-node job against one node's one and two
+replicas)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import argparse
 
 from benchmarks import machine
 from benchmarks.service import __main__ as service
-from benchmarks.training import architectures, checkpoint_cost, streamed, suite, warm_start
+from benchmarks.training import (
+    architectures,
+    checkpoint_cost,
+    hand_written,
+    streamed,
+    suite,
+    warm_start,
+)
 
 
 def main() -> None:
@@ -20,7 +28,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 epochs, 1 run: a smoke test")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
-    only = ["training", "streamed", "checkpoints", "architectures", "warm_start", "service", "gang"]
+    only = ["training", "streamed", "checkpoints", "architectures", "hand_written", "warm_start"]
+    only += ["service", "gang"]
     parser.add_argument("--only", choices=only, default=None)
     args = parser.parse_args()
     epochs, runs = (2, 1) if args.quick else (args.epochs, args.runs)
@@ -35,6 +44,8 @@ def main() -> None:
         checkpoint_cost.print_table(checkpoint_cost.run(cp_epochs, runs), cp_epochs, runs)
     if args.only in (None, "architectures"):
         architectures.print_table(architectures.run(args.quick))
+    if args.only in (None, "hand_written"):
+        hand_written.print_table(hand_written.run(args.quick))
     if args.only in (None, "warm_start"):
         sizes = warm_start.QUICK if args.quick else warm_start.FULL
         warm_start.print_table(warm_start.run(*sizes))

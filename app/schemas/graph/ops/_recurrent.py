@@ -3,8 +3,9 @@
 Variables are Keras' (kernel [in, gates*units], recurrent_kernel [units, gates*units], bias),
 so Keras' own layers serve the TensorFlow back-end as they are. PyTorch runs the recurrence on
 those very tensors (torch.nn.LSTM keeps two biases, which would change the parameter count):
-one matmul projects every step's input, then a loop over the steps applies the cell. ONNX has
-both ops; each subclass reorders its gates into ONNX's layout.
+lstm through torch.lstm, PyTorch's own kernel, with a zero recurrent bias; gru (whose gates
+PyTorch orders otherwise) with one matmul projecting every step's input, then a loop over the
+steps applying the cell. ONNX has both ops; each subclass reorders its gates into ONNX's layout.
 """
 
 from __future__ import annotations

@@ -28,7 +28,13 @@ class Dense(Op):
         return 2 * xs[0].size * self.units
 
     def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
-        return t.F.linear(xs[0], w[0].t(), w[1])
+        x, (weight, bias) = xs[0], w
+        if x.ndim == 2:
+            # The very addmm F.linear(x, weight.t(), bias) makes of a batch of vectors, on the
+            # kernel itself: under autocast F.linear would cast the transposed view, a strided
+            # copy that costs about as much as the bf16 matmul at these sizes.
+            return t.torch.addmm(bias, x, weight)
+        return t.F.linear(x, weight.t(), bias)
 
     def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
         return k.layers.Dense(self.units)

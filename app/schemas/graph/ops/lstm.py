@@ -26,14 +26,17 @@ class LSTM(Recurrent):
     def bias(self, xs: list[TensorType]) -> Variable:
         return Variable("bias", (4 * self.units,), "forget_bias")
 
-    def input_bias(self, bias: Any) -> Any:
-        return bias
-
-    def cell(self, t: Any, projected: Any, state: tuple[Any, ...], w: list[Any]) -> tuple:
-        h, c = state
-        i, f, candidate, o = (projected + h @ w[1]).chunk(4, dim=-1)
-        c = t.torch.sigmoid(f) * c + t.torch.sigmoid(i) * t.torch.tanh(candidate)
-        return t.torch.sigmoid(o) * t.torch.tanh(c), c
+    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+        # PyTorch's own LSTM kernel (oneDNN's on a CPU) on these very tensors: its gates are
+        # Keras' i, f, c, o in the same order, and its cell computes the same c and h. It
+        # keeps a second bias, the recurrent one, here zeros. A loop of cells in Python (the
+        # shared Recurrent.torch_forward) costs several times as much per step.
+        x = xs[0]
+        kernel, recurrent, bias = w
+        zeros = x.new_zeros((1, x.shape[0], self.units))
+        params = [kernel.t(), recurrent.t(), bias, bias.new_zeros(bias.shape)]
+        out, _, _ = t.torch.lstm(x, (zeros, zeros), params, True, 1, 0.0, training, False, True)
+        return out if self.return_sequences else out[:, -1]
 
     def onnx_weights(self, w: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         u = self.units

@@ -1,0 +1,249 @@
+"""The service's PyTorch graph model against the same network written by hand, side by side.
+
+`python -m benchmarks --only hand_written [--quick]`, or
+`python -m benchmarks.training.hand_written [--tiny|--quick] [--threads N] [--cpu-time]
+[--profile NETWORK PRECISION]`:
+for the residual CNN, the MLP and the row-LSTM of examples/, the graph model the worker
+builds from the example's spec (benchmarks.training.hand_written.graph_model) and the plain
+nn.Module of benchmarks.training.hand_networks train on the same Fashion-MNIST batches (the
+system copy, scaled to [0, 1]) with the same AdamW, batch 128, 2 threads, in one process, in
+fp32 and under bf16 autocast. The two take turns, ROUNDS times, and each keeps its best
+samples/s (a turn's figure is its fastest step): on a shared machine a slow moment then
+hits one step or one turn, not one side.
+`--profile` prints torch.profiler's per-op self CPU table of a few steps of each side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks.training.architectures import EXAMPLES, example
+from benchmarks.training.common import fashion_arrays
+from benchmarks.training.hand_networks import hand_network
+from benchmarks.training.suite import bench
+
+NETWORKS = {
+    "resnet": "residual-fashion-mnist.yaml",
+    "mlp": "graph-mlp-fashion.yaml",
+    "row_lstm": "lstm-rows-fashion-mnist.yaml",
+}
+PRECISIONS = ("fp32", "bf16")
+ROUNDS = 3
+BATCH = 128
+THREADS = 2
+BATCHES = 32  # distinct batches, cycled
+PROFILE_ROWS = 15
+HEADER = ["network", "precision", "hand samples/s", "graph samples/s", "graph / hand"]
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How long each turn measures: at least `steps` steps and `seconds` seconds of `clock`
+    (wall time; or the process's CPU time, which another process's load moves far less: with
+    one thread it is the step's own work)."""
+
+    warmup: int
+    steps: int
+    seconds: float
+    clock: Callable[[], float] = time.perf_counter
+
+
+FULL, QUICK, TINY = Pace(5, 10, 3.0), Pace(3, 5, 1.0), Pace(1, 2, 0.0)
+
+
+def spec_of(network: str) -> dict:
+    """The example's spec, in PyTorch, with the residual example's AdamW for every network."""
+    spec = example(NETWORKS[network], "pytorch", batch_size=BATCH)
+    spec["optimizer"] = example(NETWORKS["resnet"], "pytorch")["optimizer"]
+    return spec
+
+
+def graph_model(body: dict) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The model and optimizer as worker.training.torch.backend builds them for the spec."""
+    from app.schemas.job_spec import JobSpec, built_model, model_input
+    from worker.training.init import initial_weights
+    from worker.training.torch.graph import KIT, GraphModule
+
+    spec = JobSpec.model_validate(body)
+    graph = built_model(spec, model_input(spec, (28, 28)), 10)
+    model = GraphModule(graph)
+    with torch.no_grad():
+        weights = initial_weights(graph.variables(), spec.training.seed)
+        for tensor, array in zip(model.variables(), weights, strict=True):
+            tensor.copy_(torch.from_numpy(np.asarray(array)))
+    return model, spec.optimizer.torch_optimizer(KIT, list(model.parameters()))
+
+
+def models(network: str) -> dict[str, tuple[nn.Module, torch.optim.Optimizer]]:
+    """{"hand": ..., "graph": ...}: both with the optimizer the spec makes (the same code)."""
+    from app.schemas.job_spec import JobSpec
+    from worker.training.torch.graph import KIT
+
+    body = spec_of(network)
+    hand = hand_network(network)
+    optimizer = JobSpec.model_validate(body).optimizer.torch_optimizer(KIT, list(hand.parameters()))
+    return {"hand": (hand, optimizer), "graph": graph_model(body)}
+
+
+def batches(count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    (x, y), _ = fashion_arrays()
+    images = torch.from_numpy(x[: count * BATCH].astype(np.float32) / 255.0)
+    labels = torch.from_numpy(y[: count * BATCH])
+    return list(zip(images.split(BATCH), labels.split(BATCH), strict=True))
+
+
+@contextlib.contextmanager
+def precision(name: str) -> Iterator[None]:
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bf16"):
+        yield
+
+
+def stepper(
+    model: nn.Module, optimizer: torch.optim.Optimizer, prec: str
+) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """One training step as the back-end's `_step` takes it (no L2 term: the examples have none)."""
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        with precision(prec):
+            loss = F.cross_entropy(model(x).float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    model.train()
+    return step
+
+
+def samples_per_second(step: Callable, data: list, pace: Pace, start: int) -> float:
+    """Steps on the cycled batches until both of the pace's minimums are met; the batch over
+    the fastest step's time. On a shared machine a step whose threads lost their core to
+    another process waits for it (two threads meet at every op), so slower steps measure the
+    neighbours; even a turn's median did, with both cores taken by other test suites."""
+    times: list[float] = []
+    began = pace.clock()
+    while len(times) < pace.steps or pace.clock() - began < pace.seconds:
+        before = pace.clock()
+        step(*data[(start + len(times)) % len(data)])
+        times.append(pace.clock() - before)
+    return BATCH / min(times)
+
+
+def measure(network: str, data: list, pace: Pace) -> list[list[str]]:
+    """The table's rows for one network: best of ROUNDS alternated turns per side."""
+    rows = []
+    for prec in PRECISIONS:
+        # Fresh models for each precision: after the other precision's turns the graph side
+        # stepped slower, and did not with denormals flushed to zero (values the two sides'
+        # different initial weights reach at different times, not a cost of the graph).
+        built = models(network)
+        steps = {side: stepper(model, opt, prec) for side, (model, opt) in built.items()}
+        for step in steps.values():
+            for i in range(pace.warmup):
+                step(*data[i % len(data)])
+        best = dict.fromkeys(steps, 0.0)
+        for turn in range(ROUNDS):
+            order = list(steps) if turn % 2 == 0 else list(reversed(steps))
+            for side in order:
+                speed = samples_per_second(steps[side], data, pace, turn * pace.steps)
+                best[side] = max(best[side], speed)
+        ratio = best["graph"] / best["hand"]
+        for side, speed in best.items():
+            bench(f"hand_written_{network}_{prec}_{side}_samples_per_s", speed, "samples/s")
+        bench(f"hand_written_{network}_{prec}_graph_vs_hand_x", ratio, "x")
+        rows.append(
+            [network, prec, f"{best['hand']:,.0f}", f"{best['graph']:,.0f}", f"{ratio:.2f}"]
+        )
+    return rows
+
+
+def run(
+    quick: bool = False, tiny: bool = False, threads: int = THREADS, cpu_time: bool = False
+) -> list[list[str]]:
+    torch.set_num_threads(threads)
+    pace = TINY if tiny else QUICK if quick else FULL
+    pace = replace(pace, clock=time.process_time) if cpu_time else pace
+    data = batches(BATCHES)
+    return [row for network in NETWORKS for row in measure(network, data, pace)]
+
+
+def print_table(rows: list[list[str]], threads: int = THREADS, clock: str = "wall time") -> None:
+    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+    print(
+        f"\nGraph model vs the same network by hand ({EXAMPLES.name}/): PyTorch, CPU, batch "
+        f"{BATCH}, {threads} threads, AdamW, best of {ROUNDS} alternated turns, {clock}"
+    )
+    for row in [HEADER, ["-" * w for w in widths], *rows]:
+        print(
+            "  ".join(
+                c.rjust(w) if i > 1 else c.ljust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+
+
+def profile(network: str, prec: str, threads: int = THREADS, steps: int = 5) -> None:
+    """torch.profiler's per-op self CPU time per step, after warm-up: each side's full table,
+    then the ops that lead either side's, side by side."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    torch.set_num_threads(threads)
+    data = batches(steps + 3)
+    per_op: dict[str, dict[str, tuple[float, float]]] = {}
+    for side, (model, opt) in models(network).items():
+        step = stepper(model, opt, prec)
+        for x, y in data[:3]:
+            step(x, y)
+        with profiler(activities=[ProfilerActivity.CPU]) as trace:
+            for x, y in data[3:]:
+                step(x, y)
+        events = trace.key_averages()
+        print(f"\n{side}: {network} {prec}, {steps} steps of batch {BATCH}, {threads} threads")
+        print(events.table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS))
+        per_op[side] = {
+            e.key: (e.self_cpu_time_total / 1000 / steps, e.count / steps) for e in events
+        }
+    print_profile(per_op, f"{network} {prec}")
+
+
+def print_profile(per_op: dict[str, dict[str, tuple[float, float]]], title: str) -> None:
+    """Self CPU ms and calls per step of the ops that lead either side, and each side's total."""
+    hand, graph = per_op["hand"], per_op["graph"]
+    lead = sorted(
+        {*hand, *graph}, key=lambda k: -max(hand.get(k, (0, 0))[0], graph.get(k, (0, 0))[0])
+    )
+    print(f"\nself CPU ms per step (calls), {title}: hand | graph")
+    for key in lead[:PROFILE_ROWS]:
+        (h_ms, h_calls), (g_ms, g_calls) = hand.get(key, (0, 0)), graph.get(key, (0, 0))
+        print(f"{key[:52]:<52} {h_ms:8.2f} ({h_calls:4.0f}) | {g_ms:8.2f} ({g_calls:4.0f})")
+    total = {side: sum(ms for ms, _ in ops.values()) for side, ops in per_op.items()}
+    print(f"{'total':<52} {total['hand']:8.2f}        | {total['graph']:8.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.training.hand_written")
+    parser.add_argument("--tiny", action="store_true", help="a few steps: checks it runs")
+    parser.add_argument("--quick", action="store_true", help="shorter turns")
+    parser.add_argument("--threads", type=int, default=THREADS)
+    parser.add_argument("--cpu-time", action="store_true", help="time steps by the process's CPU")
+    parser.add_argument("--profile", nargs=2, metavar=("NETWORK", "PRECISION"))
+    args = parser.parse_args()
+    if args.profile:
+        network, prec = args.profile
+        profile(network, prec, threads=args.threads)
+    else:
+        rows = run(args.quick, args.tiny, args.threads, args.cpu_time)
+        print_table(rows, args.threads, "CPU time" if args.cpu_time else "wall time")
+
+
+if __name__ == "__main__":
+    main()
