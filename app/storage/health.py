@@ -72,10 +72,12 @@ class StoreWatch:
         return self.state
 
     def last(self) -> StoreState:
-        """The last state at once; a stale one starts a probe in the background."""
+        """The last state at once; a stale one starts a probe in the background (whose answer
+        the next call shows)."""
+        state = self.state
         if self._stale() and not self._probing.locked():
             threading.Thread(target=self.refresh, name="store-probe", daemon=True).start()
-        return self.state
+        return state
 
 
 @lru_cache
