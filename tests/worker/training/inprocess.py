@@ -26,29 +26,44 @@ class Killed(Exception):
     """Stands in for a SIGKILL between two epochs."""
 
 
-class KillAtStep(Callback):
-    """After global step `step` (its checkpoint, if one was due, written), `die()`: by default
-    raise Killed; a rank run as its own process passes a real SIGKILL."""
+class AtStep(Callback):
+    """Runs `act` after global step `step`, once its checkpoint (if one was due) is written:
+    wraps the Checkpointer's step hook, once."""
 
-    def __init__(self, step: int, die: Callable[[], None] | None = None) -> None:
-        self.step, self.die = step, die or self._raise
+    def __init__(self, step: int) -> None:
+        self.step = step
 
-    def _raise(self) -> None:
-        raise Killed(f"killed after step {self.step}")
+    def act(self, state: TrainState) -> None:
+        raise NotImplementedError
 
     def on_epoch_begin(self, state: TrainState) -> None:
         # The Checkpointer set its hook when training began; this one wraps it, once.
         inner = state.step_checkpoint
-        if inner is None or getattr(inner, "kills", False):
+        if inner is None or getattr(inner, "wrapped_by", None) is self:
             return
 
         def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
             inner(s, mid_epoch, now)
             if s.global_step == self.step:
-                self.die()
+                self.act(s)
 
-        hook.kills = True  # type: ignore[attr-defined]
+        hook.wrapped_by = self  # type: ignore[attr-defined]
         state.step_checkpoint = hook
+
+
+class KillAtStep(AtStep):
+    """After global step `step` (its checkpoint, if one was due, written), `die()`: by default
+    raise Killed; a rank run as its own process passes a real SIGKILL."""
+
+    def __init__(self, step: int, die: Callable[[], None] | None = None) -> None:
+        super().__init__(step)
+        self.die = die or self._raise
+
+    def _raise(self) -> None:
+        raise Killed(f"killed after step {self.step}")
+
+    def act(self, state: TrainState) -> None:
+        self.die()
 
 
 class KillBefore(Callback):

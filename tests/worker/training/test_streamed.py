@@ -15,8 +15,8 @@ from app.shards.index import dataset_prefix
 from app.storage.base import Store
 from app.storage.directory import DirectoryStore
 from tests.shard_data import write_dataset
-from tests.worker.training.inprocess import KillAtStep, Killed, make_spec, run_spec
-from worker.training.callbacks import Callback, TrainState
+from tests.worker.training.inprocess import AtStep, KillAtStep, Killed, make_spec, run_spec
+from worker.training.callbacks import TrainState
 
 ROWS = [60, 45, 70, 30, 55, 40]  # 300 samples in uneven shards
 FRAMEWORKS = [
@@ -79,24 +79,11 @@ def test_killed_mid_epoch_twice_resumes_like_an_uninterrupted_run(
         np.testing.assert_array_equal(w, v)
 
 
-class PreemptAt(Callback):
+class PreemptAt(AtStep):
     """Asks the epoch to stop (a preemption signal) once global step `step` is done."""
 
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_epoch_begin(self, state: TrainState) -> None:
-        inner = state.step_checkpoint
-        if inner is None or getattr(inner, "preempts", False):
-            return
-
-        def hook(s: TrainState, mid_epoch: Any, now: bool) -> None:
-            inner(s, mid_epoch, now)
-            if s.global_step == self.step:
-                s.interrupt = StopReason.preempted
-
-        hook.preempts = True  # type: ignore[attr-defined]
-        state.step_checkpoint = hook
+    def act(self, state: TrainState) -> None:
+        state.interrupt = StopReason.preempted
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
