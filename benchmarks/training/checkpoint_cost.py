@@ -46,7 +46,7 @@ def case(framework: str, mode: str, epochs: int, endpoint: str) -> dict[str, Any
     from app.storage.s3 import S3Store
     from benchmarks.training.common import DATA_DIR
     from tests.storage_server import BUCKET, CREDENTIALS
-    from worker.child.attempt import run_attempt
+    from worker.child.train_attempt import run_attempt
     from worker.training.backend import Placement, create_backend
     from worker.training.callbacks import TrainState
     from worker.training.checkpoint_upload import StoreCheckpoints

@@ -68,7 +68,7 @@ def seed_equivalent_spec(framework: str, epochs: int) -> dict[str, Any]:
 def engine(body: dict[str, Any], gpus: list[int] | None = None) -> EpochTimes:
     """The worker's own attempt (run_attempt: loop, callbacks, checkpoints), no database."""
     from app.schemas.job_spec import JobSpec
-    from worker.child.attempt import run_attempt
+    from worker.child.train_attempt import run_attempt
     from worker.training.backend import Placement, create_backend
     from worker.training.callbacks import EpochLog, TrainState
     from worker.training.data import load_splits

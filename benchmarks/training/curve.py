@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 def main() -> None:
     from app.schemas.job_spec import JobSpec
     from benchmarks.training.common import DATA_DIR
-    from worker.child.attempt import run_attempt
+    from worker.child.train_attempt import run_attempt
     from worker.training.backend import Placement, create_backend
     from worker.training.callbacks import EpochLog, TrainState
     from worker.training.data import load_splits

@@ -39,7 +39,7 @@ def write_store(root: Path) -> None:
 def case(framework: str, mode: str, epochs: int, store_root: str) -> dict[str, Any]:
     from app.schemas.job_spec import JobSpec
     from app.storage.directory import DirectoryStore
-    from worker.child.attempt import run_attempt
+    from worker.child.train_attempt import run_attempt
     from worker.training.backend import Placement, create_backend
     from worker.training.callbacks import EpochLog, TrainState
     from worker.training.data import load_splits

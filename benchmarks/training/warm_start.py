@@ -87,7 +87,7 @@ def train(body: dict[str, Any], data_dir: Path, workdir: Path) -> list[float]:
     """The job in `workdir` (its directory among the jobs'), trained to success; the
     validation accuracy after each epoch."""
     from app.schemas.job_spec import JobSpec
-    from worker.child.attempt import run_attempt
+    from worker.child.train_attempt import run_attempt
     from worker.training.backend import Placement, create_backend
     from worker.training.callbacks import EpochLog, TrainState
     from worker.training.data import load_splits

@@ -14,7 +14,7 @@ from app.domain.tables import utcnow
 from app.schemas.job_spec import JobSpec
 from worker.protocol import GangNode
 from worker.supervisor.attempt import Attempt
-from worker.supervisor.gang import Formed
+from worker.supervisor.gang_seat import Formed
 from worker.supervisor.runner import start_child
 
 

@@ -22,8 +22,8 @@ from app.scheduler.gang import Rendezvous, Seat
 from app.scheduler.gang_reach import DOCKER_BRIDGE, LOOPBACK, unreachable
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT
-from worker.supervisor.gang import advertised, rendezvous
 from worker.supervisor.gang_address import interface_of, local_only, this_host
+from worker.supervisor.gang_seat import advertised, rendezvous
 
 
 def test_the_configured_address_wins(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from app.domain.tables import utcnow
 from app.schemas.job_spec import JobSpec
 from tests.worker.gang_nodes import stand_in_child
 from worker.protocol import GANG_SECRET_ENV, GangNode
-from worker.supervisor.gang import TF_REUSE_PORT_ENV, Formed
+from worker.supervisor.gang_seat import TF_REUSE_PORT_ENV, Formed
 from worker.supervisor.runner import start_child
 
 SECRET = "5e" * 32

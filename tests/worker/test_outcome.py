@@ -15,7 +15,7 @@ from app.domain.states import ErrorCode, StopReason
 from worker.child.launch import classify
 from worker.child.sinks import LostOwnership
 from worker.protocol import STOPPED, Assignment, GangNode, JobConfigError, Outcome
-from worker.supervisor.gang import Formed, settle
+from worker.supervisor.gang_seat import Formed, settle
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from app.domain import crud, epoch_rows
 from app.domain.tables import EpochMetric, EpochStat, Job
 from app.schemas.job_spec import JobSpec
 from tests.helpers import clear_caches, configure
-from worker.child.sinks import warm_up
+from worker.child.sinks import warm_connection
 
 
 def everything() -> list[Any]:
@@ -25,7 +25,7 @@ def everything() -> list[Any]:
         ]
 
 
-def test_the_warm_up_changes_nothing_and_keeps_its_connection(db_env: dict[str, str]) -> None:
+def test_the_warm_connection_changes_nothing_and_keeps_itself(db_env: dict[str, str]) -> None:
     spec = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "digits"}})
     with session_scope() as session:
         job_id = crud.create_job(session, spec, "gpus-0").id
@@ -37,18 +37,18 @@ def test_the_warm_up_changes_nothing_and_keeps_its_connection(db_env: dict[str, 
         assert epoch_rows.record_epoch(session, job_id, attempt, 1, {"train_loss": 0.5}, (1, 0.5))
     before = everything()
     reset_engines()  # as in a new warm child
-    warm_up()
+    warm_connection()
     assert get_engine().pool.checkedin() == 1
     assert everything() == before
 
 
-def test_the_warm_up_with_the_database_away_leaves_it_to_the_job(
+def test_the_warm_connection_with_the_database_away_leaves_it_to_the_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     away = "postgresql+psycopg://postgres@127.0.0.1:9/epochal"  # the discard port: refused
     configure(monkeypatch, {"EPOCHAL_HOME": str(tmp_path), "EPOCHAL_DATABASE_URL": away})
     try:
-        warm_up()  # no exception: the job meets the database again, and retries
+        warm_connection()  # no exception: the job meets the database again, and retries
         assert get_engine().pool.checkedin() == 0
     finally:
         monkeypatch.undo()

@@ -198,8 +198,8 @@ def wait_for_assignment(framework: str) -> Assignment:
 
     idle_while_waiting()  # the supervisor puts it back when it hands over a job
     importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
-    importlib.import_module("worker.child.attempt")
-    importlib.import_module("worker.child.sinks").warm_up()  # its connection and statements
+    importlib.import_module("worker.child.train_attempt")
+    importlib.import_module("worker.child.sinks").warm_connection()  # its connection and statements
     with contextlib.suppress(ImportError):  # what a sweep's trial reports to, ~0.7 s
         importlib.import_module("optuna")
     importlib.import_module("worker.training.onnx_export").preload()  # the job's last step
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_ranks(args.job_id, args.attempt, files, local, args.threads)
     state = TrainState(epochs=spec.training.epochs, learning_rate=spec.optimizer.learning_rate)
     listen_for_stop(state, files, args.attempt)
-    from worker.child.attempt import (
+    from worker.child.train_attempt import (
         train,  # after the signal handler: importing a framework is slow
     )
 
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         write_outcome(files, args.attempt, outcome)
         say_reported(report)  # the supervisor records the end while this process exits
     log.info("attempt %s ended: %s (%s)", args.attempt, outcome.status, outcome.stop_reason)
-    # A gang's other nodes report by exit code alone (worker.supervisor.gang.end_seat): a
+    # A gang's other nodes report by exit code alone (worker.supervisor.gang_seat.end_seat): a
     # preemption or shutdown stop every node agreed on is a clean end there, not a lost node.
     return 0 if outcome.clean else 1
 

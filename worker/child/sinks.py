@@ -113,7 +113,7 @@ def forget_epochs_after(job_id: str, attempt: int, epoch: int) -> int:
     return gone
 
 
-def warm_up() -> None:
+def warm_connection() -> None:
     """In a warm child: connect, and run a job's first statements for a job id none has.
 
     Each statement matches no row and runs on its own (the read engine: no write lock held

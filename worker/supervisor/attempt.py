@@ -16,7 +16,7 @@ from app.domain.job_files import JobFiles
 from app.domain.job_log import append_line
 from app.domain.states import StopReason
 from worker.protocol import REPORTED
-from worker.supervisor import gang
+from worker.supervisor import gang_seat
 from worker.supervisor.log_shipper import LogShipper
 from worker.supervisor.memory_limit import MemoryLimit
 from worker.supervisor.oom import MemoryWatch
@@ -38,7 +38,7 @@ class Attempt:
     killed_at: float | None = None
     lost: bool = False
     memory: MemoryWatch = field(default_factory=MemoryWatch)  # for an OOM verdict at the end
-    formed: gang.Formed | None = None  # this worker's node of a multi-node job's gang
+    formed: gang_seat.Formed | None = None  # this worker's node of a multi-node job's gang
     broken: str | None = None  # rank 0: why the gang could not go on (a member lost)
     shipper: LogShipper | None = None  # another node: its log's lines, to the database
     report: int | None = None  # the child's report pipe (worker.protocol.spawn_child), unread
@@ -50,7 +50,7 @@ class Attempt:
     @property
     def files(self) -> JobFiles:
         """The job's files as this node sees them: its own spec, log and attempt files."""
-        return JobFiles(self.workdir, gang.member_of(self.formed))
+        return JobFiles(self.workdir, gang_seat.member_of(self.formed))
 
     @property
     def log(self) -> Path:

@@ -15,7 +15,7 @@ from app.scheduler import preempt
 from app.services import sweeps
 from app.services.dispatch import dispatch
 from worker.protocol import Outcome, read_outcome
-from worker.supervisor import gang, memory_limit, shutdown
+from worker.supervisor import gang_seat, memory_limit, shutdown
 from worker.supervisor.attempt import Attempt, note
 
 log = logging.getLogger(__name__)
@@ -103,11 +103,11 @@ def record_end(settings: Settings, run: Attempt) -> None:
     if run.formed is not None and run.formed.node.rank:  # rank 0 writes the gang's end
         note(run, f"ended: exit code {run.process.returncode}")
         _ship_rest(run)
-        gang.end_seat(run.formed, clean=run.process.returncode == 0)
+        gang_seat.end_seat(run.formed, clean=run.process.returncode == 0)
         return
     outcome = outcome_of(run)
     if run.formed is not None:
-        outcome = gang.settle(settings, run.formed, outcome, run.broken)
+        outcome = gang_seat.settle(settings, run.formed, outcome, run.broken)
     note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
     _ship_rest(run)  # before the end is recorded: who sees the end can read why
     # Bounded by one lease, then the reaper decides; a try whose commit was lost and landed
@@ -115,7 +115,7 @@ def record_end(settings: Settings, run: Attempt) -> None:
     within = settings.lease_seconds
     retrying(lambda: record(settings, run.job_id, run.attempt, outcome), within, "job end")
     if run.formed is not None:
-        gang.release(run.formed)
+        gang_seat.release(run.formed)
 
 
 def _ship_rest(run: Attempt) -> None:

@@ -39,7 +39,7 @@ from worker.protocol import (
     request_stop,
     spawn_child,
 )
-from worker.supervisor import gang, gang_port, limits, shutdown, wakeup
+from worker.supervisor import gang_port, gang_seat, limits, shutdown, wakeup
 from worker.supervisor.attempt import Attempt, note, reap, signal_group, wait_end
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record, record_end
@@ -71,7 +71,7 @@ def run_job(job_id: str, worker_name: str) -> None:
     if isinstance(claimed, Seat):  # a seat in a multi-node job's gang: wait until it forms
         if claimed.job_id != woken_for:
             wakeup.resend(woken_for)
-        formed = gang.wait_formed(settings, claimed, worker_name)
+        formed = gang_seat.wait_formed(settings, claimed, worker_name)
         if formed is None:
             gang_port.let_go(claimed.job_id)
             log.info("job %s: the gang did not form; this worker is free again", claimed.job_id)
@@ -98,7 +98,7 @@ def _run_attempt(
     attempt: int,
     spec: JobSpec,
     started_at: datetime,
-    formed: gang.Formed | None = None,
+    formed: gang_seat.Formed | None = None,
     memory: int | None = None,
 ) -> None:
     """Start the child (unless its time is used up or the disk is full) and see it end."""
@@ -144,13 +144,13 @@ def start_child(
     attempt: int,
     spec: JobSpec,
     seconds: float,
-    formed: gang.Formed | None = None,
+    formed: gang_seat.Formed | None = None,
     memory: int | None = None,
 ) -> Attempt:
     """The attempt's training process: a warm child taken over, or a cold one started, under
     a memory limit set from the job's admitted estimate `memory` (worker.supervisor.
     memory_limit)."""
-    member = gang.member_of(formed)
+    member = gang_seat.member_of(formed)
     files = _fresh_files(settings, job_id, attempt, spec, member)
     # Another node's lines go to the database too, from this attempt on: the API reads those.
     # So do rank 0's when the store is not the artifacts directory: then the API box shares
@@ -173,7 +173,9 @@ def start_child(
                 child_argv(
                     job_id, attempt, threads=threads, python=settings.python_for(spec.framework)
                 ),
-                gang.node_env(settings, formed, {**child_env(), SPAWNED_ENV: str(time.time())}),
+                gang_seat.node_env(
+                    settings, formed, {**child_env(), SPAWNED_ENV: str(time.time())}
+                ),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -216,13 +218,13 @@ def _log_start(
     attempt: int,
     seconds: float,
     threads: Threads,
-    formed: gang.Formed | None,
+    formed: gang_seat.Formed | None,
 ) -> None:
     """The attempt's first lines in this node's log: its time left, threads and gang node."""
     pools = f"{threads.intra} intra-op and {threads.inter} inter-op threads"
     append_line(log_path, f"attempt {attempt} starting (runtime left {seconds:.0f}s, {pools})")
     if formed is not None:
-        append_line(log_path, gang.describe(settings, formed))
+        append_line(log_path, gang_seat.describe(settings, formed))
 
 
 def supervise(settings: Settings, run: Attempt) -> None:
@@ -230,7 +232,7 @@ def supervise(settings: Settings, run: Attempt) -> None:
     lease = (
         LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at, run.files)
         if run.formed is None
-        else gang.SeatKeeper(settings, run.formed, run.renewed_at, run.files)
+        else gang_seat.SeatKeeper(settings, run.formed, run.renewed_at, run.files)
     )
     lease.start()
     try:

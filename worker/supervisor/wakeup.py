@@ -19,7 +19,7 @@ from app.scheduler import standings
 from app.scheduler.claim import claim_next
 from app.scheduler.gang import Seat
 from app.services.dispatch import wake
-from worker.supervisor import gang, gang_port
+from worker.supervisor import gang_port, gang_seat
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ Claimed = tuple[str, int, Any, datetime, int | None]
 def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
     """The attempt this worker just claimed, or its seat in a multi-node job's gang (it
     opened the gang, seat 0: the other seats get wake-ups now)."""
-    where, holder = gang.rendezvous(settings)  # the port stays held if a seat publishes it
+    where, holder = gang_seat.rendezvous(settings)  # the port stays held if a seat publishes it
     claimed: Claimed | None = None
     seat: Seat | None = None
     try:
@@ -53,7 +53,7 @@ def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
         standings.refresh(settings)  # the jobs behind the one it took moved up
         return claimed
     if seat is not None and seat.rank == 0:
-        gang.wake_others(seat.job_id, seat.nodes)
+        gang_seat.wake_others(seat.job_id, seat.nodes)
     return seat
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from tests.worker.training.inprocess import EMPTY_DATA_DIR, make_spec
-from worker.child.attempt import run_attempt
 from worker.child.launch import exit_now
+from worker.child.train_attempt import run_attempt
 from worker.training.backend import Placement, create_backend
 from worker.training.callbacks import TrainState
 from worker.training.data import epoch_order, load_splits

@@ -12,7 +12,7 @@ import numpy as np
 
 from app.schemas.job_spec import JobSpec
 from app.storage.base import Store
-from worker.child.attempt import run_attempt
+from worker.child.train_attempt import run_attempt
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import Callback, EpochLog, Logs, TrainState

@@ -14,7 +14,7 @@ from tests.worker.training.inprocess import make_spec
 from worker.child.launch import placement_for
 from worker.protocol import GangNode
 from worker.supervisor import gang_port
-from worker.supervisor.gang import TF_REUSE_PORT_ENV
+from worker.supervisor.gang_seat import TF_REUSE_PORT_ENV
 from worker.training.backend import Placement
 from worker.training.tf.cluster import tf_config
 

@@ -33,7 +33,7 @@ def multi_worker(placement: Placement) -> tf.distribute.Strategy:
     runs a timer thread per collective for it). TF's first wait for every node's server, in
     this constructor, is not bounded by it (nor by the coordination service's register
     timeout, tried: a node alone waited on): a node that never comes is ended by the gang's
-    seat leases instead (worker.supervisor.gang). A node gone later is also found by the
+    seat leases instead (worker.supervisor.gang_seat). A node gone later is also found by the
     coordination service's own heartbeats, which fail the others' collectives.
     """
     os.environ[TF_CONFIG_ENV] = json.dumps(tf_config(placement))
