@@ -203,7 +203,7 @@ class ApiKey(Base):
     max_priority: Mapped[int | None] = mapped_column(Integer)
 
 
-class JobRun(Base):
+class UsageSpan(Base):
     """One attempt's time on a worker (open while it runs): fair share sums these per key."""
 
     __tablename__ = "job_run"
@@ -331,7 +331,7 @@ class Worker(Base):
     disk_free_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
-class GangMember(Base):
+class GangSeat(Base):
     """A worker's seat in a multi-node job's gang (app.scheduler.gang): forming while the job
     is queued, running once all `nodes` seats are held; each seat has a lease of its own."""
 

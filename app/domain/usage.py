@@ -1,4 +1,5 @@
-"""What each key used of the workers: one `job_run` row per attempt's time on a worker.
+"""What each key used of the workers: a usage span (a `job_run` row) per attempt's time on a
+worker.
 
 crud.add_transition, the one place every status change passes, opens a row when a job starts
 running and closes it when the job leaves running (finished, re-queued, preempted, reaped), so
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from app.core.db import rows_changed
 from app.domain.states import ACTIVE, JobStatus
-from app.domain.tables import Job, JobRun, utcnow
+from app.domain.tables import Job, UsageSpan, utcnow
 
 
 def slots(gpus: int, nodes: int = 1) -> int:
@@ -25,16 +26,19 @@ def slots(gpus: int, nodes: int = 1) -> int:
 
 
 def note_transition(session: Session, job_id: str, before: str | None, after: str) -> None:
-    """Open a run when a job starts running, close it when it leaves running (and cancelling)."""
+    """Open a usage span when a job starts running, close it when it leaves running (and
+    cancelling)."""
     now = utcnow().timestamp()
     if after == JobStatus.running and before != JobStatus.running:
         job = session.get(Job, job_id)
         if job is not None:
             held = slots(job.gpus, job.nodes)
-            session.add(JobRun(job_id=job_id, owner_id=job.owner_id, slots=held, started=now))
+            session.add(UsageSpan(job_id=job_id, owner_id=job.owner_id, slots=held, started=now))
     elif before in ACTIVE and after not in ACTIVE:
         session.execute(
-            update(JobRun).where(JobRun.job_id == job_id, JobRun.ended.is_(None)).values(ended=now)
+            update(UsageSpan)
+            .where(UsageSpan.job_id == job_id, UsageSpan.ended.is_(None))
+            .values(ended=now)
         )
 
 
@@ -53,15 +57,21 @@ def usage(
     summed by the database (one row per owner)."""
     wanted = list(owners)
     end, since = now.timestamp(), now.timestamp() - window_seconds
-    mine = [JobRun.owner_id.in_([o for o in wanted if o is not None])]
+    mine = [UsageSpan.owner_id.in_([o for o in wanted if o is not None])]
     if None in wanted:  # jobs stored without a key (an embedded box with auth off)
-        mine.append(JobRun.owner_id.is_(None))
-    until = case((or_(JobRun.ended.is_(None), JobRun.ended > end), end), else_=JobRun.ended)
-    start = case((JobRun.started < since, since), else_=JobRun.started)
+        mine.append(UsageSpan.owner_id.is_(None))
+    until = case(
+        (or_(UsageSpan.ended.is_(None), UsageSpan.ended > end), end), else_=UsageSpan.ended
+    )
+    start = case((UsageSpan.started < since, since), else_=UsageSpan.started)
     rows = session.execute(
-        select(JobRun.owner_id, func.sum(JobRun.slots * (until - start)), func.max(JobRun.started))
-        .where(or_(*mine), or_(JobRun.ended.is_(None), JobRun.ended > since))
-        .group_by(JobRun.owner_id)
+        select(
+            UsageSpan.owner_id,
+            func.sum(UsageSpan.slots * (until - start)),
+            func.max(UsageSpan.started),
+        )
+        .where(or_(*mine), or_(UsageSpan.ended.is_(None), UsageSpan.ended > since))
+        .group_by(UsageSpan.owner_id)
     ).all()
     found = {owner: (float(used or 0.0), last) for owner, used, last in rows}
     out = {}
@@ -73,6 +83,6 @@ def usage(
 
 
 def prune(session: Session, window_seconds: float) -> int:
-    """Drop runs that ended before the window (no share counts them any more); how many."""
+    """Drop usage spans that ended before the window (no share counts them any more); how many."""
     since = utcnow().timestamp() - window_seconds
-    return rows_changed(session, delete(JobRun).where(JobRun.ended < since))
+    return rows_changed(session, delete(UsageSpan).where(UsageSpan.ended < since))

@@ -25,7 +25,7 @@ from app.domain.states import JobStatus
 from app.domain.tables import ApiKey, Job, utcnow
 from app.domain.usage import usage
 from app.scheduler import gang, preempt, stats
-from app.scheduler.gang import Rendezvous, Seat
+from app.scheduler.gang import Rendezvous, TakenSeat
 from app.scheduler.policy import Share, fair_order
 
 
@@ -36,7 +36,7 @@ def claim_next(
     settings: Settings,
     where: Rendezvous | None = None,
     memory: int | None = None,
-) -> Job | Seat | None:
+) -> Job | TakenSeat | None:
     """Queued -> running for this worker: the job the policy puts first among those that fit;
     a seat in a forming gang before that, and seat 0 of a multi-node job's gang (app.scheduler.
     gang); `where` is this worker's address and port, published with its seat. `memory` is

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.epoch_stats import totals
 from app.domain.states import ACTIVE, JobStatus
-from app.domain.tables import EpochMetric, Job, JobRun
+from app.domain.tables import EpochMetric, Job, UsageSpan
 from app.schemas.metric_row import EPOCH_SECONDS
 from app.schemas.stored_spec import stored
 
@@ -112,8 +112,10 @@ def remaining(session: Session, job_id: str, now: datetime) -> float | None:
         return 0.0
     costs = overheads(session, job.framework)
     left = max(stored(job.spec)["training"]["epochs"] - job.current_epoch, 0)
-    opened = session.scalar(  # this run's start (a preempted job resumes under its attempt)
-        select(func.max(JobRun.started)).where(JobRun.job_id == job_id, JobRun.ended.is_(None))
+    opened = session.scalar(  # this usage span's start (a preempted job resumes under its attempt)
+        select(func.max(UsageSpan.started)).where(
+            UsageSpan.job_id == job_id, UsageSpan.ended.is_(None)
+        )
     )
     run_start = None if opened is None else datetime.fromtimestamp(opened, UTC)
     ran = pace(session, job_id, run_start)

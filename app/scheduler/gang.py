@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from app.core.config import Settings
 from app.domain import crud
 from app.domain.states import ACTIVE, ErrorCode, JobStatus, StopReason
-from app.domain.tables import GangMember, Job, Worker, utcnow
+from app.domain.tables import GangSeat, Job, Worker, utcnow
 from app.scheduler import gang_reach, stats
 
 LIVE_BEATS = 3  # a worker is live while its last heartbeat is at most this many beats old
@@ -31,7 +31,7 @@ SEATED, DONE, LOST = "seated", "done", "lost"  # a seat's state
 
 
 @dataclass(frozen=True)
-class Seat:
+class TakenSeat:
     """A worker's seat in a gang that is forming (or formed by its own taking it)."""
 
     job_id: str
@@ -84,18 +84,18 @@ def within_memory(memory: int | None) -> list[ColumnElement[bool]]:
 def admissible(settings: Settings, now: datetime) -> list[ColumnElement[bool]]:
     """A queued job a worker may take now: one node, or a gang with enough free workers
     whose gang has not opened yet (a forming gang is joined, not picked)."""
-    opened = exists().where(GangMember.job_id == Job.id)
+    opened = exists().where(GangSeat.job_id == Job.id)
     gang_fits = and_(Job.nodes <= free_workers(settings, now), ~opened)
     return [or_(Job.nodes <= 1, gang_fits)]
 
 
 def open_gang(
     session: Session, job_id: str, worker: str, where: Rendezvous | None, settings: Settings
-) -> Seat:
+) -> TakenSeat:
     """Seat 0 of the picked job's gang: this worker hosts the rendezvous."""
     nodes = int(session.scalar(select(Job.nodes).where(Job.id == job_id)) or 1)
     _take_seat(session, job_id, worker, 0, settings, where)
-    return Seat(job_id, 0, nodes)
+    return TakenSeat(job_id, 0, nodes)
 
 
 def join_forming(
@@ -105,10 +105,10 @@ def join_forming(
     settings: Settings,
     where: Rendezvous | None = None,
     memory: int | None = None,
-) -> Seat | None:
+) -> TakenSeat | None:
     """A seat in the oldest forming gang that fits this worker, at `where`; the last seat forms
     it, unless a member's address cannot be reached by another (the job fails, saying which)."""
-    mine = exists().where(GangMember.job_id == Job.id, GangMember.worker == worker)
+    mine = exists().where(GangSeat.job_id == Job.id, GangSeat.worker == worker)
     forming = (
         select(Job)
         .where(
@@ -116,7 +116,7 @@ def join_forming(
             Job.nodes > 1,
             Job.gpus <= gpus,
             *within_memory(memory),
-            exists().where(GangMember.job_id == Job.id),
+            exists().where(GangSeat.job_id == Job.id),
             ~mine,
         )
         .order_by(Job.priority.desc(), Job.created_at, Job.id)
@@ -140,7 +140,7 @@ def join_forming(
             release(session, job.id, [s.worker for s in everyone])
             return None
         _form(session, job.id, seats[0].worker, settings)
-    return Seat(job.id, len(seats), job.nodes)
+    return TakenSeat(job.id, len(seats), job.nodes)
 
 
 def _take_seat(
@@ -153,7 +153,7 @@ def _take_seat(
 ) -> None:
     """The seat's row, and the worker marked busy with the job (no other gang counts it)."""
     session.add(
-        GangMember(
+        GangSeat(
             job_id=job_id,
             worker=worker,
             rank=rank,
@@ -176,24 +176,22 @@ def _form(session: Session, job_id: str, host: str, settings: Settings) -> None:
     assert job is not None  # its row is locked by this transaction, and queued
     secret = secrets.token_hex(32)
     session.execute(
-        update(GangMember)
-        .where(GangMember.job_id == job_id)
-        .values(attempt=job.attempt, secret=secret)
+        update(GangSeat).where(GangSeat.job_id == job_id).values(attempt=job.attempt, secret=secret)
     )
     stats.count_wait(session, job_id)
 
 
-def seats_of(session: Session, job_id: str) -> Sequence[GangMember]:
+def seats_of(session: Session, job_id: str) -> Sequence[GangSeat]:
     """The gang's seats, rank 0 first."""
-    query = select(GangMember).where(GangMember.job_id == job_id).order_by(GangMember.rank)
+    query = select(GangSeat).where(GangSeat.job_id == job_id).order_by(GangSeat.rank)
     return session.scalars(query).all()
 
 
 def renew_seat(session: Session, job_id: str, worker: str, settings: Settings) -> bool:
     """Extend this worker's seat; False once it is gone (the gang was dissolved or ended)."""
     renewed = session.execute(
-        update(GangMember)
-        .where(GangMember.job_id == job_id, GangMember.worker == worker)
+        update(GangSeat)
+        .where(GangSeat.job_id == job_id, GangSeat.worker == worker)
         .values(lease_expires_at=utcnow() + timedelta(seconds=settings.lease_seconds))
     )
     return bool(getattr(renewed, "rowcount", 0))
@@ -202,8 +200,8 @@ def renew_seat(session: Session, job_id: str, worker: str, settings: Settings) -
 def end_seat(session: Session, job_id: str, worker: str, state: str) -> None:
     """This worker's training process ended (done) or died (lost): rank 0 reads which."""
     session.execute(
-        update(GangMember)
-        .where(GangMember.job_id == job_id, GangMember.worker == worker)
+        update(GangSeat)
+        .where(GangSeat.job_id == job_id, GangSeat.worker == worker)
         .values(state=state)
     )
 
@@ -227,7 +225,7 @@ def broken(session: Session, job_id: str, attempt: int, me: str) -> str | None:
 
 def release(session: Session, job_id: str, workers: Sequence[str]) -> None:
     """The gang's seats go; their workers are free again (if still marked with this job)."""
-    session.execute(delete(GangMember).where(GangMember.job_id == job_id))
+    session.execute(delete(GangSeat).where(GangSeat.job_id == job_id))
     session.execute(
         update(Worker)
         .where(Worker.name.in_(list(workers)), Worker.current_job_id == job_id)
@@ -237,8 +235,8 @@ def release(session: Session, job_id: str, workers: Sequence[str]) -> None:
 
 def dissolve_stale(session: Session, settings: Settings) -> list[str]:
     """Release gangs that cannot form or have ended; the queued jobs among them, to wake."""
-    by_job: dict[str, list[GangMember]] = defaultdict(list)
-    for seat in session.scalars(select(GangMember)):
+    by_job: dict[str, list[GangSeat]] = defaultdict(list)
+    for seat in session.scalars(select(GangSeat)):
         by_job[seat.job_id].append(seat)
     woken = []
     for job_id, seats in by_job.items():
@@ -250,7 +248,7 @@ def dissolve_stale(session: Session, settings: Settings) -> list[str]:
     return woken
 
 
-def _stale(job: Job, seats: Sequence[GangMember], settings: Settings) -> bool:
+def _stale(job: Job, seats: Sequence[GangSeat], settings: Settings) -> bool:
     now = utcnow()
     if job.status not in (JobStatus.queued, *ACTIVE):
         return True  # ended: nothing to hold any more

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.domain.tables import GangMember
+from app.domain.tables import GangSeat
 
 LOOPBACK = "loopback"  # a seat's local_only: what reaches its address
 DOCKER_BRIDGE = "Docker bridge"
@@ -24,7 +24,7 @@ def host_key(machine: str, netns: str) -> str:
     return f"{machine}/{netns}"
 
 
-def unreachable(seats: Sequence[GangMember]) -> str | None:
+def unreachable(seats: Sequence[GangSeat]) -> str | None:
     """Why a member could not be reached by another, or None when every one can."""
     for seat in seats:
         if seat.local_only is None or not seat.host:

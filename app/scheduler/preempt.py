@@ -29,7 +29,7 @@ from app.core.config import Settings
 from app.core.db import rows_changed
 from app.domain import crud
 from app.domain.states import ACTIVE, PREEMPTED, JobStatus
-from app.domain.tables import GangMember, Job, Worker
+from app.domain.tables import GangSeat, Job, Worker
 from app.scheduler import stats
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,9 @@ def running_jobs(session: Session) -> list[Running]:
     ).all()
     held: dict[tuple[str, int | None], list[int]] = defaultdict(list)
     seats = session.execute(
-        select(GangMember.job_id, GangMember.attempt, Worker.gpus)
-        .join(Worker, Worker.name == GangMember.worker)
-        .where(GangMember.job_id.in_([j.id for j in jobs if j.nodes > 1]))
+        select(GangSeat.job_id, GangSeat.attempt, Worker.gpus)
+        .join(Worker, Worker.name == GangSeat.worker)
+        .where(GangSeat.job_id.in_([j.id for j in jobs if j.nodes > 1]))
     )
     for job_id, attempt, gpus in seats:
         held[(job_id, attempt)].append(int(gpus))

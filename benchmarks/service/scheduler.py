@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.config import Settings
-from app.domain.tables import ApiKey, Job, JobRun, utcnow
+from app.domain.tables import ApiKey, Job, UsageSpan, utcnow
 from app.scheduler.claim import claim_next, next_job
 from benchmarks.service.seed import job_rows
 from benchmarks.service.stack import bench_env, engine_for
@@ -47,7 +47,7 @@ def seed(engine: Engine, queued: int, priorities: int) -> None:
     ]
     with engine.begin() as conn:
         conn.execute(insert(ApiKey), [{"id": k, "name": k, "secret_hash": "x"} for k in keys])
-        conn.execute(insert(JobRun), runs)
+        conn.execute(insert(UsageSpan), runs)
         for begin in range(0, len(rows), 5000):
             conn.execute(insert(Job), rows[begin : begin + 5000])
         conn.exec_driver_sql("ANALYZE")

@@ -16,11 +16,11 @@ from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain.states import JobStatus
-from app.domain.tables import GangMember, Job, Worker, utcnow
+from app.domain.tables import GangSeat, Job, Worker, utcnow
 from app.main import create_app
 from app.scheduler import gang, preempt
 from app.scheduler.claim import claim_next
-from app.scheduler.gang import Rendezvous, Seat
+from app.scheduler.gang import Rendezvous, TakenSeat
 from app.scheduler.position import standing
 from app.schemas.job_spec import JobSpec
 
@@ -47,7 +47,7 @@ def add_worker(name: str) -> None:
         session.add(Worker(name=name, hostname="h", pid=1, gpus=0, devices=[], queues=[]))
 
 
-def claim(worker: str, where: Rendezvous = HOST) -> Job | Seat | None:
+def claim(worker: str, where: Rendezvous = HOST) -> Job | TakenSeat | None:
     with session_scope() as session:
         return claim_next(session, worker, 0, get_settings(), where)
 
@@ -128,7 +128,7 @@ def test_a_gang_opens_then_forms_when_every_seat_is_held(db_env: dict[str, str])
     single = new_job(nodes=1)
     for name in ("w1", "w2", "w3"):
         add_worker(name)
-    assert claim("w1") == Seat(job_id, 0, 2)  # oldest first: it hosts the rendezvous
+    assert claim("w1") == TakenSeat(job_id, 0, 2)  # oldest first: it hosts the rendezvous
     assert job_of(job_id).status == JobStatus.queued  # forming: not running yet
     with session_scope() as session:
         forming = crud.get_job(session, job_id)
@@ -136,7 +136,7 @@ def test_a_gang_opens_then_forms_when_every_seat_is_held(db_env: dict[str, str])
         why = standing(session, forming, get_settings()).reason
         assert why == "forming its gang: 1 of 2 workers joined"
     assert busy_with("w1") == job_id  # counted busy: no second gang counts it as free
-    assert claim("w2") == Seat(job_id, 1, 2)  # a woken worker joins before picking anything
+    assert claim("w2") == TakenSeat(job_id, 1, 2)  # a woken worker joins before picking anything
     job = job_of(job_id)
     assert (job.status, job.attempt, job.worker_name) == (JobStatus.running, 1, "w1")
     assert seats(job_id) == [("w1", 0, 1), ("w2", 1, 1)]
@@ -151,10 +151,10 @@ def test_two_gangs_at_once_never_share_a_seat_or_a_rendezvous(db_env: dict[str, 
     first, second = new_job(), new_job()
     for name in ("w1", "w2", "w3", "w4"):
         add_worker(name)
-    assert claim("w1", Rendezvous("10.0.0.1", 1001)) == Seat(first, 0, 2)
-    assert claim("w2", Rendezvous("10.0.0.2", 1002)) == Seat(first, 1, 2)  # forms the first
-    assert claim("w3", Rendezvous("10.0.0.3", 1003)) == Seat(second, 0, 2)
-    assert claim("w4", Rendezvous("10.0.0.4", 1004)) == Seat(second, 1, 2)
+    assert claim("w1", Rendezvous("10.0.0.1", 1001)) == TakenSeat(first, 0, 2)
+    assert claim("w2", Rendezvous("10.0.0.2", 1002)) == TakenSeat(first, 1, 2)  # forms the first
+    assert claim("w3", Rendezvous("10.0.0.3", 1003)) == TakenSeat(second, 0, 2)
+    assert claim("w4", Rendezvous("10.0.0.4", 1004)) == TakenSeat(second, 1, 2)
     assert seats(first) == [("w1", 0, 1), ("w2", 1, 1)]
     assert seats(second) == [("w3", 0, 1), ("w4", 1, 1)]
     with session_scope() as session:  # every seat publishes its own (TensorFlow's servers)
@@ -168,12 +168,12 @@ def test_a_forming_gang_whose_seat_lapses_lets_its_workers_go(db_env: dict[str, 
     job_id = new_job(nodes=3)
     for name in ("w1", "w2", "w3"):
         add_worker(name)
-    assert claim("w1") == Seat(job_id, 0, 3)
-    assert claim("w2") == Seat(job_id, 1, 3)
+    assert claim("w1") == TakenSeat(job_id, 0, 3)
+    assert claim("w2") == TakenSeat(job_id, 1, 3)
     with session_scope() as session:  # w2 died while waiting: its seat is not renewed
         session.execute(
-            update(GangMember)
-            .where(GangMember.worker == "w2")
+            update(GangSeat)
+            .where(GangSeat.worker == "w2")
             .values(lease_expires_at=utcnow() - timedelta(seconds=1))
         )
     with session_scope() as session:
@@ -188,10 +188,10 @@ def test_a_gang_that_does_not_fill_within_a_lease_is_dissolved(db_env: dict[str,
     job_id = new_job()
     add_worker("w1")
     add_worker("w2")
-    assert claim("w1") == Seat(job_id, 0, 2)
+    assert claim("w1") == TakenSeat(job_id, 0, 2)
     with session_scope() as session:  # w2 was taken by something else meanwhile
         session.execute(update(Worker).where(Worker.name == "w2").values(current_job_id="x"))
-        session.execute(update(GangMember).values(joined_at=utcnow() - timedelta(seconds=3600)))
+        session.execute(update(GangSeat).values(joined_at=utcnow() - timedelta(seconds=3600)))
     with session_scope() as session:
         assert gang.dissolve_stale(session, get_settings()) == [job_id]
     assert seats(job_id) == [] and busy_with("w1") is None
@@ -210,8 +210,8 @@ def test_rank_0_sees_a_member_lost_or_lapsed(db_env: dict[str, str]) -> None:
         assert gang.broken(session, job_id, 1, "w1") == "node 1 (w2) lost its training process"
         gang.end_seat(session, job_id, "w2", gang.SEATED)
         session.execute(
-            update(GangMember)
-            .where(GangMember.worker == "w2")
+            update(GangSeat)
+            .where(GangSeat.worker == "w2")
             .values(lease_expires_at=utcnow() - timedelta(seconds=1))
         )
     with session_scope() as session:
@@ -286,7 +286,7 @@ def test_a_running_gang_stops_whole_for_a_job_far_above_it_and_forms_again(
     assert isinstance(first, Job) and first.id == high
     with session_scope() as session:
         crud.finish_job(session, high, 1, JobStatus.succeeded, stop_reason="completed", reason="ok")
-    assert claim("w1") == Seat(low, 0, 2) and claim("w2") == Seat(low, 1, 2)
+    assert claim("w1") == TakenSeat(low, 0, 2) and claim("w2") == TakenSeat(low, 1, 2)
     job = job_of(low)
     assert (job.status, job.attempt, job.preempted_by) == (JobStatus.running, 1, None)
 
@@ -307,6 +307,6 @@ def test_a_queued_gang_stops_just_enough_low_jobs_and_their_workers_wait_for_it(
     stopped(later)
     assert claim("w3") is None  # not its own job back: the gang's victims are stopping
     stopped(low)
-    assert claim("w3") == Seat(big, 0, 3)
-    assert claim("w2") == Seat(big, 1, 3) and claim("w1") == Seat(big, 2, 3)
+    assert claim("w3") == TakenSeat(big, 0, 3)
+    assert claim("w2") == TakenSeat(big, 1, 3) and claim("w1") == TakenSeat(big, 2, 3)
     assert job_of(big).status == JobStatus.running

@@ -15,7 +15,7 @@ from app.domain import crud, member_log
 from app.domain.keys import create_key
 from app.domain.redact import public_worker_name
 from app.domain.states import ErrorCode, StopReason
-from app.domain.tables import GangMember, Worker, utcnow
+from app.domain.tables import GangSeat, Worker, utcnow
 from app.scheduler import gang_reach
 from app.schemas.job_spec import JobSpec
 
@@ -51,8 +51,8 @@ def failed_gang() -> tuple[str, str, str]:
         return job.id, plain, admin
 
 
-def seat(job_id: str, worker: str, rank: int, address: str, local_only: str | None) -> GangMember:
-    return GangMember(
+def seat(job_id: str, worker: str, rank: int, address: str, local_only: str | None) -> GangSeat:
+    return GangSeat(
         job_id=job_id,
         worker=worker,
         rank=rank,

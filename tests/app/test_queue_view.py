@@ -12,7 +12,7 @@ from sqlalchemy import update
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
 from app.domain.states import JobStatus
-from app.domain.tables import EpochMetric, Job, JobRun, Worker, utcnow
+from app.domain.tables import EpochMetric, Job, UsageSpan, Worker, utcnow
 from app.scheduler.durations import Overheads
 from tests.conftest import make_key
 
@@ -177,7 +177,8 @@ def test_a_running_job_frees_its_worker_after_its_pace_less_the_epoch_under_way_
     with session_scope() as session:
         crud.claim_job(session, running, "w1", 60)
         started = (now - timedelta(seconds=60)).timestamp()  # this run's start
-        session.execute(update(JobRun).where(JobRun.job_id == running).values(started=started))
+        span = update(UsageSpan).where(UsageSpan.job_id == running)
+        session.execute(span.values(started=started))
     # Epoch 1 before a preemption and resume, 2-4 in this run: 8 s apart (not the 10 s trained).
     rows_at(running, now, [70.0, 50.0, 42.0, 34.0])
     with session_scope() as session:

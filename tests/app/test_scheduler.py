@@ -11,7 +11,7 @@ from app.core.db import session_scope
 from app.domain import crud
 from app.domain.keys import create_key
 from app.domain.states import JobStatus, StopReason
-from app.domain.tables import Job, JobRun, Worker, utcnow
+from app.domain.tables import Job, UsageSpan, Worker, utcnow
 from app.scheduler.claim import claim_next
 from app.scheduler.policy import Share, fair_order, priority_problem
 from app.scheduler.preempt import preempt_round
@@ -47,8 +47,8 @@ def finish(job: Job, seconds: float = 10.0, started: datetime | None = None) -> 
         )
         start = started or utcnow() - timedelta(seconds=seconds)
         session.execute(
-            update(JobRun)
-            .where(JobRun.job_id == job.id)
+            update(UsageSpan)
+            .where(UsageSpan.job_id == job.id)
             .values(started=start.timestamp(), ended=start.timestamp() + seconds)
         )
 
@@ -243,7 +243,7 @@ def test_a_gangs_nodes_each_count_toward_its_keys_share(db_env: dict[str, str]) 
         assert ran is not None and ran.owner_id == single
         finish(ran, 10)
     with session_scope() as session:
-        assert session.query(JobRun).filter(JobRun.job_id == gang_id).one().slots == 4
+        assert session.query(UsageSpan).filter(UsageSpan.job_id == gang_id).one().slots == 4
     first, second = new_job(owner=ganged), new_job(owner=single)
     order = [job.id for job in (claim(), claim()) if job is not None]
     assert order == [second, first]  # the key that used fewer node-seconds goes first

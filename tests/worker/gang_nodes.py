@@ -33,6 +33,6 @@ def start_node(settings: Settings, job_id: str, spec: JobSpec, rank: int) -> Att
     """Node `rank` of the 2-node gang's attempt 1, started as the runner starts it."""
     node = GangNode(rank, 2, "tcp://127.0.0.1:29500")
     formed = Formed(job_id, 1, spec, utcnow(), node, f"w{rank}")
-    run = start_child(settings, job_id, 1, spec, 600, formed)
-    assert run.process.wait(timeout=60) == 0
-    return run
+    attempt = start_child(settings, job_id, 1, spec, 600, formed)
+    assert attempt.process.wait(timeout=60) == 0
+    return attempt

@@ -80,4 +80,3 @@ def test_a_small_step_runs_on_the_count_measured_for_this_box(cache: Path) -> No
     record(cache, 4, 1, {1: 0.009, 4: 0.011})
     assert fitted_to_step(placement, small).threads == 1
     assert fitted_to_step(placement, SHARED_STEP_FLOPS).threads == 4  # large: the budget
-

@@ -15,10 +15,10 @@ from sqlalchemy import select
 from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.tables import GangMember, Job, Worker
+from app.domain.tables import GangSeat, Job, Worker
 from app.scheduler import gang
 from app.scheduler.claim import claim_next
-from app.scheduler.gang import Rendezvous, Seat
+from app.scheduler.gang import Rendezvous, TakenSeat
 from app.scheduler.gang_reach import DOCKER_BRIDGE, LOOPBACK, unreachable
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT
@@ -105,8 +105,8 @@ def test_the_offer_says_its_host_and_that_loopback_reaches_only_it(tmp_path: Pat
     held_too.close()
 
 
-def seat(rank: int, address: str, host: str, kind: str | None = None) -> GangMember:
-    return GangMember(worker=f"w{rank}", rank=rank, address=address, host=host, local_only=kind)
+def seat(rank: int, address: str, host: str, kind: str | None = None) -> GangSeat:
+    return GangSeat(worker=f"w{rank}", rank=rank, address=address, host=host, local_only=kind)
 
 
 def test_a_local_only_address_is_refused_only_across_hosts() -> None:
@@ -142,7 +142,7 @@ def add_worker(name: str) -> None:
         session.add(Worker(name=name, hostname="h", pid=1, gpus=0, devices=[], queues=[]))
 
 
-def claim(worker: str, where: Rendezvous) -> Job | Seat | None:
+def claim(worker: str, where: Rendezvous) -> Job | TakenSeat | None:
     with session_scope() as session:
         return claim_next(session, worker, 0, get_settings(), where)
 
@@ -159,7 +159,7 @@ def test_a_gang_over_two_hosts_with_a_loopback_member_fails_saying_why(
     job_id = two_node_job()
     add_worker("w0")
     add_worker("w1")
-    assert claim("w0", Rendezvous("10.0.0.1", 29500, "m1/net:[1]")) == Seat(job_id, 0, 2)
+    assert claim("w0", Rendezvous("10.0.0.1", 29500, "m1/net:[1]")) == TakenSeat(job_id, 0, 2)
     assert claim("w1", Rendezvous("127.0.0.1", 29501, "m2/net:[1]", LOOPBACK)) is None
     with session_scope() as session:
         job = crud.get_job(session, job_id)
@@ -184,7 +184,9 @@ def test_a_gang_on_one_host_forms_on_loopback(db_env: dict[str, str]) -> None:
     add_worker("w0")
     add_worker("w1")
     claim("w0", Rendezvous("127.0.0.1", 29500, "m1/net:[1]", LOOPBACK))
-    assert claim("w1", Rendezvous("127.0.0.1", 29501, "m1/net:[1]", LOOPBACK)) == Seat(job_id, 1, 2)
+    assert claim("w1", Rendezvous("127.0.0.1", 29501, "m1/net:[1]", LOOPBACK)) == TakenSeat(
+        job_id, 1, 2
+    )
     with session_scope() as session:
         job = crud.get_job(session, job_id)
         assert job is not None and job.status == "running"

@@ -49,8 +49,8 @@ def node_of(
         job_id = crud.create_job(session, spec, "gpus-0").id
     node = GangNode(rank, 2, "tcp://127.0.0.1:29500", ("127.0.0.1:29500",) * 2, SECRET)
     formed = Formed(job_id, 1, spec.model_dump(), utcnow(), node, f"w{rank}")
-    run = start_child(settings, job_id, 1, spec, 600, formed)
-    assert run.process.wait(timeout=60) == 0
+    attempt = start_child(settings, job_id, 1, spec, 600, formed)
+    assert attempt.process.wait(timeout=60) == 0
     env = json.loads((folder / f"env-{rank}").read_text())
     log = JobFiles.of(settings.resolved_artifacts_dir, job_id, rank).log.read_text()
     assert SECRET not in log and SECRET not in repr(formed)

@@ -96,17 +96,17 @@ def stored(job_id: str) -> Job:
 
 def test_child_ignoring_stop_gets_sigterm_then_sigkill(settings: Settings) -> None:
     job = running_job()
-    run = attempt_of(job, settings, STUBBORN, deadline=0)  # past its deadline at once
-    supervise(settings, run)
-    assert run.process.returncode == -signal.SIGKILL and run.stop_reason == "timeout"
-    assert run.stop_sent_at and run.terminated_at and run.killed_at
-    assert run.terminated_at - run.stop_sent_at >= settings.cancel_grace_seconds
-    assert run.killed_at - run.terminated_at >= settings.kill_grace_seconds
-    record_end(settings, run)
+    attempt = attempt_of(job, settings, STUBBORN, deadline=0)  # past its deadline at once
+    supervise(settings, attempt)
+    assert attempt.process.returncode == -signal.SIGKILL and attempt.stop_reason == "timeout"
+    assert attempt.stop_sent_at and attempt.terminated_at and attempt.killed_at
+    assert attempt.terminated_at - attempt.stop_sent_at >= settings.cancel_grace_seconds
+    assert attempt.killed_at - attempt.terminated_at >= settings.kill_grace_seconds
+    record_end(settings, attempt)
     done = stored(job.id)
     assert (done.status, done.stop_reason, done.error_code) == ("failed", "timeout", "timeout")
     assert "did not stop in time" in (done.error or "")
-    notes = JobFiles(run.workdir).log.read_text()
+    notes = JobFiles(attempt.workdir).log.read_text()
     assert "sent SIGTERM" in notes and "sent SIGKILL" in notes
 
 
@@ -114,14 +114,14 @@ def test_supervisor_kills_its_child_when_another_attempt_owns_the_job(
     settings: Settings,
 ) -> None:
     job = running_job()
-    run = attempt_of(job, settings, "import time; time.sleep(120)")
+    attempt = attempt_of(job, settings, "import time; time.sleep(120)")
     with session_scope() as session:  # the reaper re-queued it and another worker claimed it
         assert crud.requeue(session, session.get(Job, job.id), "test: lease expired")  # type: ignore[arg-type]
     with session_scope() as session:
         assert crud.claim_job(session, job.id, "w2", 30) is not None
-    supervise(settings, run)
-    assert run.lost and run.process.returncode == -signal.SIGKILL
-    record_end(settings, run)  # a lost attempt writes nothing over its successor
+    supervise(settings, attempt)
+    assert attempt.lost and attempt.process.returncode == -signal.SIGKILL
+    record_end(settings, attempt)  # a lost attempt writes nothing over its successor
     assert (stored(job.id).status, stored(job.id).attempt) == ("running", 2)
 
 
@@ -129,22 +129,22 @@ def test_the_childs_step_progress_reaches_the_job_row_while_its_attempt_lasts(
     settings: Settings,
 ) -> None:
     job = running_job()
-    run = attempt_of(job, settings, "import time; time.sleep(120)")
-    supervisor = threading.Thread(target=supervise, args=(settings, run))
+    attempt = attempt_of(job, settings, "import time; time.sleep(120)")
+    supervisor = threading.Thread(target=supervise, args=(settings, attempt))
     supervisor.start()
     try:
         for step in (10, 20):  # as the child's writer (worker.child.progress) reports it
             progress = StepProgress(epoch=1, step=step, steps=50)
-            write_progress(run.files, run.attempt, progress)
+            write_progress(attempt.files, attempt.number, progress)
             wait_until(
                 lambda progress=progress: stored(job.id).step_progress == progress.model_dump(),
                 scaled(10),
                 f"step {step} on the job row",
             )
     finally:
-        run.process.kill()
+        attempt.process.kill()
         supervisor.join()
-    record_end(settings, run)  # killed: re-queued for another attempt, which starts afresh
+    record_end(settings, attempt)  # killed: re-queued for another attempt, which starts afresh
     assert (stored(job.id).status, stored(job.id).step_progress) == ("queued", None)
 
 
@@ -152,7 +152,7 @@ def test_supervisor_stops_its_child_when_the_database_is_gone(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = running_job()
-    run = attempt_of(job, settings, "import time; time.sleep(120)")
+    attempt = attempt_of(job, settings, "import time; time.sleep(120)")
     real_url = os.environ.get("EPOCHAL_DATABASE_URL")
     # A real unreachable server: nothing listens on this port.
     monkeypatch.setenv(
@@ -161,7 +161,7 @@ def test_supervisor_stops_its_child_when_the_database_is_gone(
     clear_caches()
     started = time.monotonic()
     try:
-        supervise(settings, run)
+        supervise(settings, attempt)
     finally:  # the fixtures' teardown needs the real database back
         if real_url is None:
             monkeypatch.delenv("EPOCHAL_DATABASE_URL")
@@ -169,7 +169,7 @@ def test_supervisor_stops_its_child_when_the_database_is_gone(
             monkeypatch.setenv("EPOCHAL_DATABASE_URL", real_url)
         clear_caches()
     # It cannot prove it holds the lease any more: it stops before the lease could expire.
-    assert run.lost and run.process.returncode == -signal.SIGKILL
+    assert attempt.lost and attempt.process.returncode == -signal.SIGKILL
     assert time.monotonic() - started < settings.lease_seconds + 1
 
 
@@ -184,9 +184,9 @@ def test_a_silent_death_is_a_retryable_failure(
     settings: Settings, code: str, error_code: str
 ) -> None:
     job = running_job()
-    run = attempt_of(job, settings, code)
-    supervise(settings, run)
-    outcome = outcome_of(run)
+    attempt = attempt_of(job, settings, code)
+    supervise(settings, attempt)
+    outcome = outcome_of(attempt)
     assert outcome.error_code == error_code and outcome.retryable
 
 
@@ -207,21 +207,25 @@ def test_the_end_is_recorded_once_reported_while_the_process_still_exits(
         "say_reported(take_report_fd())\n"
         "time.sleep(120)\n"
     )
-    run = attempt_of(job, settings, lingering)
-    supervise(settings, run)
-    assert run.reported and run.process.poll() is None  # the end is known, the process lives
-    record_end(settings, run)
+    attempt = attempt_of(job, settings, lingering)
+    supervise(settings, attempt)
+    assert (
+        attempt.reported and attempt.process.poll() is None
+    )  # the end is known, the process lives
+    record_end(settings, attempt)
     assert stored(job.id).status == "succeeded"
-    reap(run, settings.kill_grace_seconds)
-    assert run.process.returncode == -signal.SIGKILL and run.report is None
-    assert "still exiting" in JobFiles(run.workdir).log.read_text()
+    reap(attempt, settings.kill_grace_seconds)
+    assert attempt.process.returncode == -signal.SIGKILL and attempt.report is None
+    assert "still exiting" in JobFiles(attempt.workdir).log.read_text()
 
 
 def test_a_child_that_exits_without_a_word_is_seen_at_its_exit(settings: Settings) -> None:
     job = running_job()
-    run = attempt_of(job, settings, f"import os; os.close(int(os.environ[{REPORT_FD_ENV!r}]))")
-    supervise(settings, run)  # the pipe's end comes first, then the exit: no end to record early
-    assert not run.reported and run.process.returncode == 0
+    attempt = attempt_of(job, settings, f"import os; os.close(int(os.environ[{REPORT_FD_ENV!r}]))")
+    supervise(
+        settings, attempt
+    )  # the pipe's end comes first, then the exit: no end to record early
+    assert not attempt.reported and attempt.process.returncode == 0
 
 
 def test_retryable_failures_are_retried_within_max_restarts(settings: Settings) -> None:
@@ -300,14 +304,14 @@ HOLDER = (
 def killed_from_outside(settings: Settings, available: int) -> Outcome:
     """Supervise a child holding 64 MiB on a box with `available` bytes free, SIGKILL it from
     outside once the supervisor has sampled its memory (as the kernel would), and judge."""
-    run = attempt_of(running_job(), settings, HOLDER)
-    run.memory.available_at_start = available
-    watcher = threading.Thread(target=supervise, args=(settings, run))
+    attempt = attempt_of(running_job(), settings, HOLDER)
+    attempt.memory.available_at_start = available
+    watcher = threading.Thread(target=supervise, args=(settings, attempt))
     watcher.start()
-    wait_until(lambda: run.memory.peak_rss >= 64 * 2**20, 30, "the child's peak RSS sampled")
-    os.kill(run.process.pid, signal.SIGKILL)
+    wait_until(lambda: attempt.memory.peak_rss >= 64 * 2**20, 30, "the child's peak RSS sampled")
+    os.kill(attempt.process.pid, signal.SIGKILL)
     watcher.join()
-    return outcome_of(run)
+    return outcome_of(attempt)
 
 
 def test_a_sigkill_near_the_memory_limit_is_out_of_memory_and_final(settings: Settings) -> None:
@@ -322,12 +326,12 @@ def test_a_sigkill_far_from_the_limit_stays_a_retryable_kill(settings: Settings)
 
 
 def test_the_supervisors_own_sigkill_is_never_taken_for_oom(settings: Settings) -> None:
-    run = attempt_of(running_job(), settings, HOLDER)
-    run.memory = MemoryWatch(oom_kills_at_start=None, available_at_start=1, peak_rss=2**30)
-    run.killed_at = 1.0  # as _escalate records the SIGKILL it sent
-    os.kill(run.process.pid, signal.SIGKILL)
-    run.process.wait()
-    assert outcome_of(run).error_code == "child_killed"
+    attempt = attempt_of(running_job(), settings, HOLDER)
+    attempt.memory = MemoryWatch(oom_kills_at_start=None, available_at_start=1, peak_rss=2**30)
+    attempt.killed_at = 1.0  # as _escalate records the SIGKILL it sent
+    os.kill(attempt.process.pid, signal.SIGKILL)
+    attempt.process.wait()
+    assert outcome_of(attempt).error_code == "child_killed"
 
 
 def test_this_host_reports_available_and_peak_memory() -> None:

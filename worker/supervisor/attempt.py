@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Attempt:
     job_id: str
-    attempt: int
+    number: int  # the job's attempt counter this try runs under
     workdir: Path
     deadline: float
     process: subprocess.Popen[bytes]
@@ -50,7 +50,7 @@ class Attempt:
     @property
     def files(self) -> JobFiles:
         """The job's files as this node sees them: its own spec, log and attempt files."""
-        return JobFiles(self.workdir, gang_seat.member_of(self.formed))
+        return JobFiles(self.workdir, gang_seat.rank_of(self.formed))
 
     @property
     def log(self) -> Path:
@@ -58,59 +58,59 @@ class Attempt:
         return self.files.log
 
 
-def wait_end(run: Attempt, seconds: float) -> None:
-    """Return when the child exits, reports its end (run.reported), or `seconds` have passed.
+def wait_end(attempt: Attempt, seconds: float) -> None:
+    """Return when the child exits, reports its end (attempt.reported), or `seconds` have passed.
     Popen.wait(timeout) polls instead, waking every few milliseconds: each wake takes a core
     from the job's training threads, and its exit is seen up to 50 ms late. A pidfd wakes
     once, at the exit; the report pipe once, when the outcome is whole (before the exit)."""
     try:
-        pidfd = os.pidfd_open(run.process.pid)
+        pidfd = os.pidfd_open(attempt.process.pid)
     except OSError:  # reaped already, or a kernel without pidfds (before Linux 5.3)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            run.process.wait(timeout=seconds)
+            attempt.process.wait(timeout=seconds)
         return
     try:
-        watched = [pidfd] if run.report is None else [pidfd, run.report]
+        watched = [pidfd] if attempt.report is None else [pidfd, attempt.report]
         readable, _, _ = select.select(watched, [], [], seconds)
     finally:
         os.close(pidfd)
-    if run.report is not None and run.report in readable:
+    if attempt.report is not None and attempt.report in readable:
         # One byte when the outcome is whole; none (the pipe's end) when the child exited
         # without a word, or a DDP launcher whose rank 0 wrote the outcome: its exit tells.
-        run.reported = os.read(run.report, 1) == REPORTED
-        close_report(run)
+        attempt.reported = os.read(attempt.report, 1) == REPORTED
+        close_report(attempt)
 
 
-def close_report(run: Attempt) -> None:
-    if run.report is not None:
-        os.close(run.report)
-        run.report = None
+def close_report(attempt: Attempt) -> None:
+    if attempt.report is not None:
+        os.close(attempt.report)
+        attempt.report = None
 
 
-def note(run: Attempt, text: str) -> None:
+def note(attempt: Attempt, text: str) -> None:
     """A line in the worker's log and in this node's job log."""
-    log.info("job %s attempt %s: %s", run.job_id, run.attempt, text)
+    log.info("job %s attempt %s: %s", attempt.job_id, attempt.number, text)
     try:
-        append_line(run.log, text)
+        append_line(attempt.log, text)
     except OSError:
-        log.warning("could not write job %s's log", run.job_id, exc_info=True)
+        log.warning("could not write job %s's log", attempt.job_id, exc_info=True)
 
 
-def signal_group(run: Attempt, signum: int) -> None:
+def signal_group(attempt: Attempt, signum: int) -> None:
     """Signal the child's whole process group (every DDP rank too)."""
     try:
-        os.killpg(run.process.pid, signum)
+        os.killpg(attempt.process.pid, signum)
     except ProcessLookupError:
         pass
 
 
-def reap(run: Attempt, grace: float) -> None:
+def reap(attempt: Attempt, grace: float) -> None:
     """Wait for the child's exit: the worker's slot is free only then. One that reported its
     end (and is still exiting) has `grace` seconds for its teardown, then is killed."""
-    close_report(run)
-    if run.process.poll() is None:
-        wait_end(run, grace)
-    if run.process.poll() is None:
-        signal_group(run, signal.SIGKILL)
-        note(run, f"still exiting {grace:g}s after its end: sent SIGKILL")
-    run.process.wait()
+    close_report(attempt)
+    if attempt.process.poll() is None:
+        wait_end(attempt, grace)
+    if attempt.process.poll() is None:
+        signal_group(attempt, signal.SIGKILL)
+        note(attempt, f"still exiting {grace:g}s after its end: sent SIGKILL")
+    attempt.process.wait()

@@ -26,7 +26,7 @@ from app.domain import crud
 from app.domain.job_files import JobFiles
 from app.domain.states import ACTIVE, ErrorCode, JobStatus
 from app.scheduler import gang
-from app.scheduler.gang import Rendezvous, Seat
+from app.scheduler.gang import Rendezvous, TakenSeat
 from app.schemas.api import StepProgress
 from app.services.dispatch import wake
 from app.services.queue import send_train
@@ -99,7 +99,7 @@ def wake_others(job_id: str, nodes: int) -> None:
             send_train(job_id, queue)
 
 
-def wait_formed(settings: Settings, seat: Seat, worker: str) -> Formed | None:
+def wait_formed(settings: Settings, seat: TakenSeat, worker: str) -> Formed | None:
     """Hold the seat until every seat is taken (the job runs) or the gang is dissolved."""
     job_id, rank, nodes = seat.job_id, seat.rank, seat.nodes
     log.info("job %s: seat %d of %d taken; waiting for the gang", job_id, rank, nodes)
@@ -115,7 +115,9 @@ def wait_formed(settings: Settings, seat: Seat, worker: str) -> Formed | None:
         time.sleep(POLL_SECONDS)
 
 
-def _look(settings: Settings, seat: Seat, worker: str) -> tuple[Formed | None, list[str], bool]:
+def _look(
+    settings: Settings, seat: TakenSeat, worker: str
+) -> tuple[Formed | None, list[str], bool]:
     """(the formed gang, jobs to wake, whether the seat is still held), in one transaction."""
     with session_scope() as session:
         if not gang.renew_seat(session, seat.job_id, worker, settings):
@@ -186,7 +188,7 @@ class SeatKeeper(LeaseKeeper):
             return JobStatus(job.status)
 
 
-def member_of(formed: Formed | None) -> int:
+def rank_of(formed: Formed | None) -> int:
     """This worker's node of the job: its rank in a gang, 0 for a one-node job."""
     return 0 if formed is None else formed.node.rank
 

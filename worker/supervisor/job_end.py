@@ -66,25 +66,25 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
         return job.sweep_id
 
 
-def outcome_of(run: Attempt) -> Outcome:
+def outcome_of(attempt: Attempt) -> Outcome:
     """The child's own report, or what its death tells us."""
-    reported = read_outcome(run.files, run.attempt)
-    over = run.limit is not None and run.limit[0].tripped()
+    reported = read_outcome(attempt.files, attempt.number)
+    over = attempt.limit is not None and attempt.limit[0].tripped()
     if over and (reported is None or reported.status == JobStatus.failed):
-        assert run.limit is not None
-        return memory_limit.outcome(*run.limit)  # the limit killed it (or one of its ranks)
+        assert attempt.limit is not None
+        return memory_limit.outcome(*attempt.limit)  # the limit killed it (or one of its ranks)
     if reported is not None:
         return reported
-    code = run.process.returncode
+    code = attempt.process.returncode
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    if run.stop_reason in (StopReason.shutdown, StopReason.preempted):  # its checkpoint stands
-        ended = f"the training process was ended while stopping ({run.stop_reason}, {how})"
-        return Outcome.stopped(run.stop_reason, ended)
-    if run.stop_reason is not None:  # it died after (or instead of) honouring a stop request
+    if attempt.stop_reason in (StopReason.shutdown, StopReason.preempted):  # its checkpoint stands
+        ended = f"the training process was ended while stopping ({attempt.stop_reason}, {how})"
+        return Outcome.stopped(attempt.stop_reason, ended)
+    if attempt.stop_reason is not None:  # it died after (or instead of) honouring a stop request
         ended = f"the training process did not stop in time and was ended ({how})"
-        return Outcome.stopped(run.stop_reason, ended)
-    if code == -signal.SIGKILL and run.killed_at is None and run.memory.killed_by_oom():
-        return run.memory.outcome()  # a SIGKILL we did not send, near the memory limit
+        return Outcome.stopped(attempt.stop_reason, ended)
+    if code == -signal.SIGKILL and attempt.killed_at is None and attempt.memory.killed_by_oom():
+        return attempt.memory.outcome()  # a SIGKILL we did not send, near the memory limit
     if code < 0:
         return Outcome.failure(
             ErrorCode.child_killed, f"the training process died ({how}); see the log"
@@ -95,30 +95,32 @@ def outcome_of(run: Attempt) -> Outcome:
     )
 
 
-def record_end(settings: Settings, run: Attempt) -> None:
-    if run.lost:
-        log.warning("job %s attempt %s: lease lost; leaving the job", run.job_id, run.attempt)
-        _ship_rest(run)
+def record_end(settings: Settings, attempt: Attempt) -> None:
+    if attempt.lost:
+        log.warning(
+            "job %s attempt %s: lease lost; leaving the job", attempt.job_id, attempt.number
+        )
+        _ship_rest(attempt)
         return
-    if run.formed is not None and run.formed.node.rank:  # rank 0 writes the gang's end
-        note(run, f"ended: exit code {run.process.returncode}")
-        _ship_rest(run)
-        gang_seat.end_seat(run.formed, clean=run.process.returncode == 0)
+    if attempt.formed is not None and attempt.formed.node.rank:  # rank 0 writes the gang's end
+        note(attempt, f"ended: exit code {attempt.process.returncode}")
+        _ship_rest(attempt)
+        gang_seat.end_seat(attempt.formed, clean=attempt.process.returncode == 0)
         return
-    outcome = outcome_of(run)
-    if run.formed is not None:
-        outcome = gang_seat.settle(settings, run.formed, outcome, run.broken)
-    note(run, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
-    _ship_rest(run)  # before the end is recorded: who sees the end can read why
+    outcome = outcome_of(attempt)
+    if attempt.formed is not None:
+        outcome = gang_seat.settle(settings, attempt.formed, outcome, attempt.broken)
+    note(attempt, f"ended: {outcome.status} ({outcome.error_code or outcome.stop_reason})")
+    _ship_rest(attempt)  # before the end is recorded: who sees the end can read why
     # Bounded by one lease, then the reaper decides; a try whose commit was lost and landed
     # finds the attempt ended, and the fenced writes change nothing.
     within = settings.lease_seconds
-    retrying(lambda: record(settings, run.job_id, run.attempt, outcome), within, "job end")
-    if run.formed is not None:
-        gang_seat.release(run.formed)
+    retrying(lambda: record(settings, attempt.job_id, attempt.number, outcome), within, "job end")
+    if attempt.formed is not None:
+        gang_seat.release(attempt.formed)
 
 
-def _ship_rest(run: Attempt) -> None:
+def _ship_rest(attempt: Attempt) -> None:
     """A shipping node's last lines (its end among them) go to the database before it leaves."""
-    if run.shipper is not None:
-        run.shipper.ship(final=True)
+    if attempt.shipper is not None:
+        attempt.shipper.ship(final=True)

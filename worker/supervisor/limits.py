@@ -42,27 +42,27 @@ def under(
     return limited
 
 
-def check(run: Attempt) -> None:
+def check(attempt: Attempt) -> None:
     """The watchdog's look at the child's memory (a cgroup's limit is the kernel's to keep)."""
-    if run.limit is None or run.limit_noted:
+    if attempt.limit is None or attempt.limit_noted:
         return
-    enforced, _ = run.limit
+    enforced, _ = attempt.limit
     if enforced.poll():
-        run.limit_noted = True
-        note(run, f"over its memory limit of {enforced.limit // MIB} MiB: sent SIGKILL")
+        attempt.limit_noted = True
+        note(attempt, f"over its memory limit of {enforced.limit // MIB} MiB: sent SIGKILL")
 
 
-def close(run: Attempt) -> None:
+def close(attempt: Attempt) -> None:
     """After the child's exit: whatever it left in its memory group killed, the group removed."""
-    if run.limit is None:
+    if attempt.limit is None:
         return
-    enforced, _ = run.limit
+    enforced, _ = attempt.limit
     peak = enforced.peak()
     if peak is not None:  # what the estimate can be checked against
         log.info(
             "job %s attempt %s: memory peak %d MiB of its %d MiB limit (%s)",
-            run.job_id,
-            run.attempt,
+            attempt.job_id,
+            attempt.number,
             peak // MIB,
             enforced.limit // MIB,
             enforced.kind,
@@ -70,4 +70,4 @@ def close(run: Attempt) -> None:
     try:
         enforced.close()
     except OSError:  # a process that would not die: the next attempt's start removes the group
-        log.warning("could not remove job %s's memory group", run.job_id, exc_info=True)
+        log.warning("could not remove job %s's memory group", attempt.job_id, exc_info=True)

@@ -25,7 +25,7 @@ from app.domain.job_files import JobFiles, write_whole
 from app.domain.job_log import append_line, cap_log
 from app.domain.states import JobStatus, StopReason
 from app.domain.tables import utcnow
-from app.scheduler.gang import Seat
+from app.scheduler.gang import TakenSeat
 from app.schemas.job_spec import JobSpec
 from app.storage.registry import is_artifacts_dir
 from worker.protocol import (
@@ -68,7 +68,7 @@ def run_job(job_id: str, worker_name: str) -> None:
         )
         return
     woken_for, formed = job_id, None
-    if isinstance(claimed, Seat):  # a seat in a multi-node job's gang: wait until it forms
+    if isinstance(claimed, TakenSeat):  # a seat in a multi-node job's gang: wait until it forms
         if claimed.job_id != woken_for:
             wakeup.resend(woken_for)
         formed = gang_seat.wait_formed(settings, claimed, worker_name)
@@ -95,7 +95,7 @@ def run_job(job_id: str, worker_name: str) -> None:
 def _run_attempt(
     settings: Settings,
     job_id: str,
-    attempt: int,
+    number: int,
     spec: JobSpec,
     started_at: datetime,
     formed: gang_seat.Formed | None = None,
@@ -105,24 +105,24 @@ def _run_attempt(
     # max_runtime_seconds counts from the first start, across attempts.
     left = spec.max_runtime_seconds - (utcnow() - started_at).total_seconds()
     if left <= 0:
-        record(settings, job_id, attempt, _out_of_time(spec))
+        record(settings, job_id, number, _out_of_time(spec))
         return
     try:
-        run = start_child(settings, job_id, attempt, spec, left, formed, memory)
+        attempt = start_child(settings, job_id, number, spec, left, formed, memory)
     except OSError as exc:  # the job's spec or log could not be written
         if not is_disk_full(exc):
             raise
-        record(settings, job_id, attempt, Outcome.disk_full(exc))
+        record(settings, job_id, number, Outcome.disk_full(exc))
         return
     try:
-        supervise(settings, run)
-        record_end(settings, run)  # a reported end before the child's teardown is over
+        supervise(settings, attempt)
+        record_end(settings, attempt)  # a reported end before the child's teardown is over
     except BaseException:  # never leave a child training without a supervisor
-        signal_group(run, signal.SIGKILL)
+        signal_group(attempt, signal.SIGKILL)
         raise
     finally:
-        reap(run, settings.kill_grace_seconds)
-        limits.close(run)
+        reap(attempt, settings.kill_grace_seconds)
+        limits.close(attempt)
 
 
 def _set_current_job(worker_name: str, job_id: str | None) -> None:
@@ -150,14 +150,14 @@ def start_child(
     """The attempt's training process: a warm child taken over, or a cold one started, under
     a memory limit set from the job's admitted estimate `memory` (worker.supervisor.
     memory_limit)."""
-    member = gang_seat.member_of(formed)
-    files = _fresh_files(settings, job_id, attempt, spec, member)
+    rank = gang_seat.rank_of(formed)
+    files = _fresh_files(settings, job_id, attempt, spec, rank)
     # Another node's lines go to the database too, from this attempt on: the API reads those.
     # So do rank 0's when the store is not the artifacts directory: then the API box shares
     # no folder with this one.
     log_path = files.log
-    shipped = member > 0 or not is_artifacts_dir(settings)
-    shipper = LogShipper(job_id, member, log_path) if shipped else None
+    shipped = rank > 0 or not is_artifacts_dir(settings)
+    shipper = LogShipper(job_id, rank, log_path) if shipped else None
     threads = threads_for(spec, cpu_budget(settings))
     _log_start(settings, log_path, attempt, seconds, threads, formed)
     # A gang's node is started cold: its environment names its rank and the rendezvous.
@@ -198,12 +198,12 @@ def start_child(
 
 
 def _fresh_files(
-    settings: Settings, job_id: str, attempt: int, spec: JobSpec, member: int
+    settings: Settings, job_id: str, attempt: int, spec: JobSpec, rank: int
 ) -> JobFiles:
-    """This node's files for the attempt: its spec written, its last run's control files gone."""
+    """This node's files for the attempt: its spec written, its last try's control files gone."""
     # The workers may share one artifacts directory: each node of a gang writes, clears and
     # logs to files of its own (JobFiles.own, member_log), never rank 0's.
-    files = JobFiles.of(settings.resolved_artifacts_dir, job_id, member)
+    files = JobFiles.of(settings.resolved_artifacts_dir, job_id, rank)
     files.own.mkdir(parents=True, exist_ok=True)
     write_whole(files.spec, spec.model_dump_json())
     stale_files = (files.outcome(attempt), files.stop_request(attempt), files.progress(attempt))
@@ -227,89 +227,89 @@ def _log_start(
         append_line(log_path, gang_seat.describe(settings, formed))
 
 
-def supervise(settings: Settings, run: Attempt) -> None:
+def supervise(settings: Settings, attempt: Attempt) -> None:
     """Until the child exits: keep the lease, relay cancel and deadline, escalate stops."""
     lease = (
-        LeaseKeeper(settings, run.job_id, run.attempt, run.renewed_at, run.files)
-        if run.formed is None
-        else gang_seat.SeatKeeper(settings, run.formed, run.renewed_at, run.files)
+        LeaseKeeper(settings, attempt.job_id, attempt.number, attempt.renewed_at, attempt.files)
+        if attempt.formed is None
+        else gang_seat.SeatKeeper(settings, attempt.formed, attempt.renewed_at, attempt.files)
     )
     lease.start()
     try:
-        _watch(settings, run, lease)
+        _watch(settings, attempt, lease)
     finally:
         lease.stop()
-    if not run.reported:  # else its end is recorded while it exits (reap)
-        run.process.wait()
+    if not attempt.reported:  # else its end is recorded while it exits (reap)
+        attempt.process.wait()
 
 
-def _watch(settings: Settings, run: Attempt, lease: LeaseKeeper) -> None:
+def _watch(settings: Settings, attempt: Attempt, lease: LeaseKeeper) -> None:
     next_beat = 0.0
-    while run.process.poll() is None and not run.reported:
+    while attempt.process.poll() is None and not attempt.reported:
         now = time.monotonic()
         if now >= next_beat:
             next_beat = now + settings.heartbeat_seconds
-            if run.shipper is not None:
-                run.shipper.ship()
-            dropped = cap_log(run.log, settings.max_log_bytes)  # keeps the newest half
-            if run.shipper is not None:
-                run.shipper.dropped(dropped)
-        if not _still_ours(run, lease, now):
+            if attempt.shipper is not None:
+                attempt.shipper.ship()
+            dropped = cap_log(attempt.log, settings.max_log_bytes)  # keeps the newest half
+            if attempt.shipper is not None:
+                attempt.shipper.dropped(dropped)
+        if not _still_ours(attempt, lease, now):
             return
-        if now >= run.deadline:
-            _request_stop(run, StopReason.timeout)
+        if now >= attempt.deadline:
+            _request_stop(attempt, StopReason.timeout)
         elif shutdown.requested():
-            _request_stop(run, StopReason.shutdown)
-        _escalate(settings, run, now)
-        run.memory.sample(run.process.pid)
-        limits.check(run)
-        wait_end(run, POLL_SECONDS)  # wakes as soon as the child reports its end or exits
+            _request_stop(attempt, StopReason.shutdown)
+        _escalate(settings, attempt, now)
+        attempt.memory.sample(attempt.process.pid)
+        limits.check(attempt)
+        wait_end(attempt, POLL_SECONDS)  # wakes as soon as the child reports its end or exits
 
 
-def _still_ours(run: Attempt, lease: LeaseKeeper, now: float) -> bool:
+def _still_ours(attempt: Attempt, lease: LeaseKeeper, now: float) -> bool:
     """Relay a cancel; False (child killed) once the lease is lost or could soon expire."""
-    run.renewed_at = lease.renewed_at
+    attempt.renewed_at = lease.renewed_at
     if lease.taken:
-        _lose(run, "the job is no longer this attempt's (lease expired or re-queued)")
+        _lose(attempt, "the job is no longer this attempt's (lease expired or re-queued)")
         return False
     if lease.expiring(now):  # renewals failed or hang: the database is away or unreachable
-        _lose(run, "could not renew the lease; stopping before it expires")
+        _lose(attempt, "could not renew the lease; stopping before it expires")
         return False
-    if lease.broken and run.broken is None:  # a gang's member is gone: the attempt is over
-        run.broken = lease.broken
-        signal_group(run, signal.SIGKILL)
-        note(run, f"{lease.broken}: killed the training process (the gang stops whole)")
+    if lease.broken and attempt.broken is None:  # a gang's rank is gone: the attempt is over
+        attempt.broken = lease.broken
+        signal_group(attempt, signal.SIGKILL)
+        note(attempt, f"{lease.broken}: killed the training process (the gang stops whole)")
     if lease.status == JobStatus.cancelling:
-        _request_stop(run, StopReason.cancelled)
+        _request_stop(attempt, StopReason.cancelled)
     elif lease.preempted:  # a higher-priority job asked for this worker: stop at the epoch
-        _request_stop(run, StopReason.preempted)
+        _request_stop(attempt, StopReason.preempted)
     return True
 
 
-def _lose(run: Attempt, why: str) -> None:
-    run.lost = True
-    signal_group(run, signal.SIGKILL)
-    note(run, f"{why}: killed the training process")
+def _lose(attempt: Attempt, why: str) -> None:
+    attempt.lost = True
+    signal_group(attempt, signal.SIGKILL)
+    note(attempt, f"{why}: killed the training process")
 
 
-def _request_stop(run: Attempt, reason: StopReason) -> None:
-    if run.stop_sent_at is not None:
+def _request_stop(attempt: Attempt, reason: StopReason) -> None:
+    if attempt.stop_sent_at is not None:
         return
-    request_stop(run.files, run.attempt, reason)
-    run.stop_sent_at, run.stop_reason = time.monotonic(), reason
-    signal_group(run, STOP_SIGNAL)
-    note(run, f"asked the training process to stop ({reason})")
+    request_stop(attempt.files, attempt.number, reason)
+    attempt.stop_sent_at, attempt.stop_reason = time.monotonic(), reason
+    signal_group(attempt, STOP_SIGNAL)
+    note(attempt, f"asked the training process to stop ({reason})")
 
 
-def _escalate(settings: Settings, run: Attempt, now: float) -> None:
+def _escalate(settings: Settings, attempt: Attempt, now: float) -> None:
     """A child that ignores the stop request gets SIGTERM after the grace, then SIGKILL."""
-    if run.stop_sent_at is None or now - run.stop_sent_at < settings.cancel_grace_seconds:
+    if attempt.stop_sent_at is None or now - attempt.stop_sent_at < settings.cancel_grace_seconds:
         return
-    if run.terminated_at is None:
-        run.terminated_at = now
-        signal_group(run, signal.SIGTERM)
-        note(run, f"no stop after {settings.cancel_grace_seconds:g}s: sent SIGTERM")
-    elif run.killed_at is None and now - run.terminated_at >= settings.kill_grace_seconds:
-        run.killed_at = now
-        signal_group(run, signal.SIGKILL)
-        note(run, f"still running {settings.kill_grace_seconds:g}s after SIGTERM: sent SIGKILL")
+    if attempt.terminated_at is None:
+        attempt.terminated_at = now
+        signal_group(attempt, signal.SIGTERM)
+        note(attempt, f"no stop after {settings.cancel_grace_seconds:g}s: sent SIGTERM")
+    elif attempt.killed_at is None and now - attempt.terminated_at >= settings.kill_grace_seconds:
+        attempt.killed_at = now
+        signal_group(attempt, signal.SIGKILL)
+        note(attempt, f"still running {settings.kill_grace_seconds:g}s after SIGTERM: sent SIGKILL")

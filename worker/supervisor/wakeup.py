@@ -17,7 +17,7 @@ from app.domain.cost import host_memory_bytes
 from app.domain.tables import Job
 from app.scheduler import standings
 from app.scheduler.claim import claim_next
-from app.scheduler.gang import Seat
+from app.scheduler.gang import TakenSeat
 from app.services.dispatch import wake
 from worker.supervisor import gang_port, gang_seat
 
@@ -28,17 +28,17 @@ log = logging.getLogger(__name__)
 Claimed = tuple[str, int, Any, datetime, int | None]
 
 
-def claim(settings: Settings, worker_name: str) -> Claimed | Seat | None:
+def claim(settings: Settings, worker_name: str) -> Claimed | TakenSeat | None:
     """The attempt this worker just claimed, or its seat in a multi-node job's gang (it
     opened the gang, seat 0: the other seats get wake-ups now)."""
     where, holder = gang_seat.rendezvous(settings)  # the port stays held if a seat publishes it
     claimed: Claimed | None = None
-    seat: Seat | None = None
+    seat: TakenSeat | None = None
     try:
         with session_scope() as session:
             gpus = len(settings.worker_gpu_ids)
             job = claim_next(session, worker_name, gpus, settings, where, host_memory_bytes())
-            seat = job if isinstance(job, Seat) else None
+            seat = job if isinstance(job, TakenSeat) else None
             if isinstance(job, Job):
                 assert job.started_at is not None  # a claim sets it
                 claimed = job.id, job.attempt, job.spec, job.started_at, job.memory_bytes
