@@ -1,14 +1,14 @@
-"""TensorFlow's small-step thread count, measured once per box when a worker starts.
+"""TensorFlow's small-step thread count, measured once per machine when a worker starts.
 
 Which count wins depends on the CPU, not only on the step: of two 2-core VMs, one trained the
 seed's model faster on one intra-op thread, the other on two (BENCHMARKS.md, "TensorFlow's
-small step measured per box"). TensorFlow fixes its pools when its runtime
+small step measured per machine"). TensorFlow fixes its pools when its runtime
 starts, so each count is timed in a process of its own (worker.training.tf.calibrate, the
 back-end's own step), and the faster one is written down for this CPU model, CPU count and
 TensorFlow version in the cache folder, which the TensorFlow back-end reads.
 
 The worker measures in the background, at idle priority, before its warm children import (they
-would share the CPU), and only where the box's answer is missing. A job that comes meanwhile
+would share the CPU), and only where the machine's answer is missing. A job that comes meanwhile
 starts cold, and its small step runs on one thread, the rule before measuring.
 """
 
@@ -35,13 +35,13 @@ log = logging.getLogger(__name__)
 CALIBRATION_FILE = "tf-small-step.json"
 MEASURE = "worker.training.tf.calibrate"  # run as a process, never imported here
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-# Within this much of each other, one thread stays: it leaves the rest of the box free.
+# Within this much of each other, one thread stays: it leaves the rest of the machine free.
 SAME_SPEED = 0.03
 ROUNDS = 2
 
 
 def calibrate_then(settings: Settings, budget: int, then: threading.Thread) -> bool:
-    """Measure this box in the background when its answer is missing, then start `then`
+    """Measure this machine in the background when its answer is missing, then start `then`
     (the warm-up); False (and nothing started) when there is nothing to measure."""
     folder = settings.resolved_cache_dir
     if budget < 2 or tensorflow_version() == "none":
@@ -52,7 +52,7 @@ def calibrate_then(settings: Settings, budget: int, then: threading.Thread) -> b
     def measure_then_warm() -> None:
         try:
             calibrate(folder, budget, settings.python_for("tensorflow") or sys.executable)
-        except Exception:  # a box without an answer keeps the one-thread rule
+        except Exception:  # a machine without an answer keeps the one-thread rule
             log.warning("could not measure TensorFlow's small step here", exc_info=True)
         then.start()
 
@@ -62,14 +62,14 @@ def calibrate_then(settings: Settings, budget: int, then: threading.Thread) -> b
 
 def calibrate(folder: Path, budget: int, python: str) -> int:
     """Time the small step on 1 and on `budget` threads, alternated, and write down the faster
-    count (one worker of the box measures; another waits for its answer)."""
+    count (one worker of the machine measures; another waits for its answer)."""
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / f".{CALIBRATION_FILE}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         known = measured_threads(folder, budget)
         if known is not None:
             return known
-        # Alternated, best of each: a process that shared the box with something else for a
+        # Alternated, best of each: a process that shared the machine with something else for a
         # while measures slow, and once per count would let that decide.
         seconds = {1: float("inf"), budget: float("inf")}
         for threads in [1, budget] * ROUNDS:
@@ -101,7 +101,7 @@ def _idle_and_dying_with_us() -> None:
 
 
 def record(folder: Path, budget: int, best: int, seconds: dict[int, float]) -> None:
-    """Write down the box's answer beside any other box's, atomically."""
+    """Write down the machine's answer beside any other machine's, atomically."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / CALIBRATION_FILE
     try:
@@ -119,7 +119,7 @@ def record(folder: Path, budget: int, best: int, seconds: dict[int, float]) -> N
 
 
 def measured_threads(folder: Path, cpus: int) -> int | None:
-    """The faster count for a small step on this box, if measured (None: not yet)."""
+    """The faster count for a small step on this machine, if measured (None: not yet)."""
     try:
         answers = json.loads((folder / CALIBRATION_FILE).read_text())
         return int(answers[box_key(cpus)]["threads"])

@@ -46,7 +46,7 @@ logging_setup.connect()
 def _fresh_engine_after_fork(**_: Any) -> None:
     reset_engines()  # a pool child must not share the parent's DB connections (P39)
     settings = get_settings()
-    # The first job starts warm too; on a box not yet measured, the warm-up follows that.
+    # The first job starts warm too; on a machine not yet measured, the warm-up follows that.
     warm = threading.Thread(target=warm_up, args=(settings, list(FRAMEWORKS)), daemon=True)
     if not calibrate_then(settings, cpu_budget(settings), warm):
         warm_up(settings, list(FRAMEWORKS))

@@ -2,7 +2,7 @@
 
 The next warm child starts when a job's child starts if the job leaves a CPU free
 (worker.supervisor.standby, threads.spare_cpu), so its ~5 s of imports run beside the job's
-first epochs. On a CPU box the job's PyTorch (OpenMP) threads
+first epochs. On a CPU machine the job's PyTorch (OpenMP) threads
 then share the cores with it, and a thread that loses its core stalls the others at every
 step. Under SCHED_IDLE the import only takes CPU nothing else wants: a small digits job on two
 cores fitted in 1.9 s instead of 3.1 s (BENCHMARKS.md, "The warm child's import beside a
@@ -53,7 +53,7 @@ def idle_while_waiting() -> bool:
 def back_to_normal(pid: int | None = None) -> None:
     """Every thread of a process (this one by default) back at SCHED_OTHER. The supervisor
     calls it on the child it hands a job to, so the job need not wait for its idle child to
-    be scheduled on a busy box."""
+    be scheduled on a busy machine."""
     set_policy(pid or os.getpid(), os.SCHED_OTHER)
 
 

@@ -116,8 +116,9 @@ class Settings(BaseSettings):
     )
     cache_dir: Path | None = Field(
         None,
-        description="What a worker measures once per box and keeps across restarts (TensorFlow's "
-        "small-step threads); default: $XDG_CACHE_HOME/epochal, else ~/.cache/epochal.",
+        description="What a worker measures once per machine and keeps across restarts "
+        "(TensorFlow's small-step threads); default: $XDG_CACHE_HOME/epochal, "
+        "else ~/.cache/epochal.",
     )
     worker_address: str | None = Field(
         None,
@@ -235,7 +236,7 @@ class Settings(BaseSettings):
         None,
         ge=2**20,
         description="Refuse a job whose estimated peak host memory exceeds this (default: "
-        "the largest live worker's memory, else this host's).",
+        "the largest live worker's memory, else this machine's).",
     )
 
     max_active_jobs_per_key: int = Field(
@@ -283,7 +284,7 @@ class Settings(BaseSettings):
         8, ge=1, le=1024, description="ONNX Runtime sessions each API process keeps loaded."
     )
     predict_threads: int = Field(
-        1, ge=1, le=64, description="Intra-op threads of each session (one suits a small box)."
+        1, ge=1, le=64, description="Intra-op threads of each session (one suits a small machine)."
     )
     predict_concurrency: int = Field(
         2, ge=1, le=256, description="Predictions each API process runs at once; then 503."
@@ -361,7 +362,7 @@ class Settings(BaseSettings):
 
     @property
     def resolved_cache_dir(self) -> Path:
-        """Shared by every worker and test run on the box, unlike home: measured once each."""
+        """Shared by every worker and test run on the machine, unlike home: measured once each."""
         default = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "epochal"
         return (self.cache_dir or default).expanduser().resolve()
 

@@ -2,7 +2,7 @@
 
 The limits are EPOCHAL_MAX_JOB_MEMORY_BYTES and what the largest live worker able to take the
 job advertises in its heartbeat (memory, free artifacts disk); with no live worker reporting,
-this host's memory stands in (the embedded default runs both on one box).
+this machine's memory stands in (the embedded default runs both on one machine).
 
 An upload's row is read for the caller only (its owner, or an admin), as the data-set check
 reads it, and each row once per request: a sweep's edges share the reads (`Lookups`).
@@ -74,7 +74,7 @@ class Lookups:
         return self._capacity[gpus]
 
     def limit(self, worker_memory: int | None) -> tuple[int | None, str]:
-        """memory_limit, read once (it reads the host's cgroup files)."""
+        """memory_limit, read once (it reads this machine's cgroup files)."""
         if worker_memory not in self._limit:
             self._limit[worker_memory] = memory_limit(worker_memory)
         return self._limit[worker_memory]
@@ -167,7 +167,7 @@ def memory_limit(worker_memory: int | None) -> tuple[int | None, str]:
         return setting, "EPOCHAL_MAX_JOB_MEMORY_BYTES"
     if worker_memory is not None:
         return worker_memory, "the largest live worker's memory"
-    return host_memory_bytes(), "this host's memory (no live worker reports its own)"
+    return host_memory_bytes(), "this machine's memory (no live worker reports its own)"
 
 
 def cost_errors(

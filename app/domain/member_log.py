@@ -2,7 +2,7 @@
 the API may not reach, so its supervisor ships the lines here as they come.
 
 Ranks 1..N-1 always ship; rank 0 (and a one-node job) ships when the store is not the artifacts
-directory, since the API box then shares no folder with the worker's. Otherwise rank 0's log
+directory, since the API machine then shares no folder with the worker's. Otherwise rank 0's log
 is the job's log file (app.domain.job_log), beside its checkpoints and model. A member keeps its
 newest MAX_TAIL_LINES lines, as many as one tail can show.
 """

@@ -49,7 +49,7 @@ def locked(session: Session, sweep_id: str) -> Iterator[Sweep | None]:
     PostgreSQL: the row, FOR NO KEY UPDATE, until the session commits (a trial's insert
     takes KEY SHARE on it for its foreign key, which this does not block). SQLite: a file
     lock beside the database, because a held write transaction would block Optuna's own
-    connection; every writer of the embedded default is on this host anyway.
+    connection; every writer of the embedded default is on this machine anyway.
     """
     if session.get_bind().dialect.name == "postgresql":
         query = select(Sweep).where(Sweep.id == sweep_id).with_for_update(key_share=True)

@@ -346,8 +346,9 @@ class GangSeat(Base):
     secret: Mapped[str | None] = mapped_column(String(64))
     address: Mapped[str | None] = mapped_column(String(255))  # offered; rank 0's: rendezvous
     port: Mapped[int | None] = mapped_column(Integer)
-    host: Mapped[str | None] = mapped_column(String(255))  # app.scheduler.gang_reach.host_key
-    local_only: Mapped[str | None] = mapped_column(String(32))  # reached from its host only
+    # Where its worker runs (app.scheduler.gang_reach.machine_netns); the column keeps its name.
+    machine_netns: Mapped[str | None] = mapped_column("host", String(255))
+    local_only: Mapped[str | None] = mapped_column(String(32))  # reached from its machine only
     joined_at: Mapped[datetime] = mapped_column(default=utcnow)
     lease_expires_at: Mapped[datetime]
     # seated, done (its training process ended cleanly) or lost (it died, or failed)

@@ -58,7 +58,7 @@ def usage(
     wanted = list(owners)
     end, since = now.timestamp(), now.timestamp() - window_seconds
     mine = [UsageSpan.owner_id.in_([o for o in wanted if o is not None])]
-    if None in wanted:  # jobs stored without a key (an embedded box with auth off)
+    if None in wanted:  # jobs stored without a key (an embedded install with auth off)
         mine.append(UsageSpan.owner_id.is_(None))
     until = case(
         (or_(UsageSpan.ended.is_(None), UsageSpan.ended > end), end), else_=UsageSpan.ended

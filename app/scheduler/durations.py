@@ -22,7 +22,7 @@ from app.domain.tables import EpochMetric, Job, UsageSpan
 from app.schemas.metric_row import EPOCH_SECONDS
 from app.schemas.stored_spec import stored
 
-RECENT_EPOCHS = 5  # a running job's pace: its last few epochs (a box's load moves)
+RECENT_EPOCHS = 5  # a running job's pace: its last few epochs (a machine's load moves)
 RECENT_JOBS = 5  # start-up and wind-down: the median of the framework's last few jobs
 
 

@@ -42,13 +42,13 @@ class TakenSeat:
 @dataclass(frozen=True)
 class Rendezvous:
     """What a worker offers a gang: its address and a port it found free (rank 0's hosts
-    PyTorch's rendezvous; every seat's is its TensorFlow worker's server), its host
-    (gang_reach.host_key) and, for an address no other host reaches, which kind
-    (gang_reach.LOOPBACK, DOCKER_BRIDGE)."""
+    PyTorch's rendezvous; every seat's is its TensorFlow worker's server), its machine
+    and network namespace (gang_reach.machine_netns) and, for an address no other machine
+    reaches, which kind (gang_reach.LOOPBACK, DOCKER_BRIDGE)."""
 
     address: str
     port: int
-    host: str | None = None
+    machine_netns: str | None = None
     local_only: str | None = None
 
 
@@ -159,7 +159,7 @@ def _take_seat(
             rank=rank,
             address=where.address if where else None,
             port=where.port if where else None,
-            host=where.host if where else None,
+            machine_netns=where.machine_netns if where else None,
             local_only=where.local_only if where else None,
             lease_expires_at=utcnow() + timedelta(seconds=settings.lease_seconds),
             state=SEATED,
@@ -169,10 +169,10 @@ def _take_seat(
     session.flush()
 
 
-def _form(session: Session, job_id: str, host: str, settings: Settings) -> None:
+def _form(session: Session, job_id: str, worker: str, settings: Settings) -> None:
     """Every seat is held: the job runs, its lease held by rank 0's worker, and the attempt
     has a fresh secret that only its seats' workers read (the rendezvous asks every rank)."""
-    job = crud.claim_job(session, job_id, host, settings.lease_seconds)
+    job = crud.claim_job(session, job_id, worker, settings.lease_seconds)
     assert job is not None  # its row is locked by this transaction, and queued
     secret = secrets.token_hex(32)
     session.execute(

@@ -4,7 +4,7 @@ sessions per API process, and the answer (class, probabilities, or values) for a
 The model takes raw inputs (the job's normalization is its first node, see model-card.json), so
 nothing here knows how the job was trained; onnxruntime is the only inference code the API loads.
 With a store other than the artifacts directory, the two files are fetched from it into this
-API box's artifacts directory on first use (`fetch_model_files`), and loaded from there.
+API machine's artifacts directory on first use (`fetch_model_files`), and loaded from there.
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ def dataset_prefix(dataset_id: str, part: str = "train") -> str:
 
 def upload_key(dataset_id: str) -> str:
     """Where a one-request upload's .npz lives in the store, when the store is not the
-    artifacts directory: a worker on another box fetches it from there."""
+    artifacts directory: a worker on another machine fetches it from there."""
     return check_key(f"datasets/{dataset_id}/upload.npz")
 
 

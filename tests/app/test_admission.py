@@ -57,9 +57,9 @@ def test_the_heartbeat_reports_memory_and_disk(client: TestClient) -> None:
     assert worker["memory_bytes"] > 2**28 and worker["disk_free_bytes"] > 0
 
 
-def test_without_workers_this_hosts_memory_bounds_it(client: TestClient) -> None:
+def test_without_workers_this_machines_memory_bounds_it(client: TestClient) -> None:
     response = client.post("/v1/jobs", json=REPRO)
-    assert response.status_code == 422 and "this host's memory" in response.text
+    assert response.status_code == 422 and "this machine's memory" in response.text
 
 
 def test_the_setting_bounds_below_the_workers(

@@ -119,7 +119,7 @@ def test_the_wait_reason_names_the_memory_no_live_worker_has(db_env: dict[str, s
 def test_the_workers_claim_measures_the_job_against_its_own_memory(
     db_env: dict[str, str],
 ) -> None:
-    """The supervisor's own claim: this host's memory is the worker's."""
+    """The supervisor's own claim: this machine's memory is the worker's."""
     own = host_memory_bytes()
     assert own is not None
     too_big = new_job(own + 1)

@@ -58,7 +58,7 @@ def seat(job_id: str, worker: str, rank: int, address: str, local_only: str | No
         rank=rank,
         address=address,
         port=29500 + rank,
-        host=f"box-{rank}/net",
+        machine_netns=f"machine-{rank}/net",
         local_only=local_only,
         lease_expires_at=utcnow(),
     )

@@ -22,7 +22,7 @@ from app.scheduler.gang import Rendezvous, TakenSeat
 from app.scheduler.gang_reach import DOCKER_BRIDGE, LOOPBACK, unreachable
 from app.schemas.job_spec import JobSpec
 from tests.helpers import ROOT
-from worker.supervisor.gang_address import interface_of, local_only, this_host
+from worker.supervisor.gang_address import interface_of, local_only, this_machine_netns
 from worker.supervisor.gang_seat import advertised, rendezvous
 
 
@@ -39,7 +39,7 @@ def test_else_the_interface_that_routes_to_the_database(tmp_path: Path) -> None:
 
 def test_sqlite_means_one_host(tmp_path: Path) -> None:
     address, why = advertised(Settings(home=tmp_path))
-    assert address == "127.0.0.1" and "one host" in why
+    assert address == "127.0.0.1" and "one machine" in why
 
 
 def test_the_rendezvous_port_is_held_until_let_go(tmp_path: Path) -> None:
@@ -78,35 +78,39 @@ def test_loopback_and_the_default_bridge_reach_only_their_host(
     assert local_only(address, interface) == kind
 
 
-def test_this_host_is_the_machine_and_the_network_namespace() -> None:
-    machine, netns = this_host().split("/", 1)
+def test_this_machine_netns_is_the_machine_and_the_network_namespace() -> None:
+    machine, netns = this_machine_netns().split("/", 1)
     assert machine == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert netns.startswith("net:[")
     child = subprocess.run(
         [
             sys.executable,
             "-c",
-            "from worker.supervisor.gang_address import this_host as h; print(h())",
+            "from worker.supervisor.gang_address import this_machine_netns as h; print(h())",
         ],
         capture_output=True,
         text=True,
         check=True,
         cwd=ROOT,
     )
-    assert child.stdout.strip() == this_host()  # another process of the same host says the same
+    assert (
+        child.stdout.strip() == this_machine_netns()
+    )  # another process of the same machine says the same
 
 
 def test_the_offer_says_its_host_and_that_loopback_reaches_only_it(tmp_path: Path) -> None:
     offer, held = rendezvous(Settings(home=tmp_path))
-    assert (offer.host, offer.local_only) == (this_host(), LOOPBACK)
+    assert (offer.machine_netns, offer.local_only) == (this_machine_netns(), LOOPBACK)
     routed, held_too = rendezvous(Settings(home=tmp_path, worker_address="192.0.2.1"))
     assert routed.local_only is None
     held.close()
     held_too.close()
 
 
-def seat(rank: int, address: str, host: str, kind: str | None = None) -> GangSeat:
-    return GangSeat(worker=f"w{rank}", rank=rank, address=address, host=host, local_only=kind)
+def seat(rank: int, address: str, where: str, kind: str | None = None) -> GangSeat:
+    return GangSeat(
+        worker=f"w{rank}", rank=rank, address=address, machine_netns=where, local_only=kind
+    )
 
 
 def test_a_local_only_address_is_refused_only_across_hosts() -> None:
@@ -118,7 +122,7 @@ def test_a_local_only_address_is_refused_only_across_hosts() -> None:
     assert unreachable([seat(0, "10.0.0.1", here), seat(1, "10.0.0.2", there)]) is None
     why = unreachable([seat(0, "10.0.0.1", here), seat(1, "127.0.0.1", there, LOOPBACK)])
     assert why is not None and why.startswith("node 1 (w1) offers 127.0.0.1, a loopback address")
-    assert "node 0 (w0) on another host" in why and "EPOCHAL_WORKER_ADDRESS on w1" in why
+    assert "node 0 (w0) on another machine" in why and "EPOCHAL_WORKER_ADDRESS on w1" in why
     # Loopback is one network namespace's; the default bridge is every container's of a machine.
     assert unreachable(
         [seat(0, "127.0.0.1", here, LOOPBACK), seat(1, "127.0.0.1", other_ns, LOOPBACK)]
@@ -190,5 +194,7 @@ def test_a_gang_on_one_host_forms_on_loopback(db_env: dict[str, str]) -> None:
     with session_scope() as session:
         job = crud.get_job(session, job_id)
         assert job is not None and job.status == "running"
-        offered = [(s.address, s.host, s.local_only) for s in gang.seats_of(session, job_id)]
+        offered = [
+            (s.address, s.machine_netns, s.local_only) for s in gang.seats_of(session, job_id)
+        ]
     assert offered == [("127.0.0.1", "m1/net:[1]", LOOPBACK)] * 2

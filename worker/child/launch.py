@@ -102,7 +102,7 @@ def placement_for(spec: JobSpec, rank: int, threads: Threads | None) -> Placemen
     """This process's part: a DDP rank (PyTorch, one process per replica) or every replica
     of a MirroredStrategy (TensorFlow, one process), on the threads its supervisor chose.
     Started by hand without them, DDP ranks split the CPUs this process may run on (its
-    affinity, not the host's core count), so they do not oversubscribe."""
+    affinity, not the machine's core count), so they do not oversubscribe."""
     replicas = spec.resources.replica_count
     node = GangNode.from_env(dict(os.environ))
     world = replicas * (node.nodes if node else 1)

@@ -1,5 +1,5 @@
-"""What this worker's offered address reaches: the interface that holds it, the host the
-worker runs on, and whether only that host reaches it (app.scheduler.gang_reach decides)."""
+"""What this worker's offered address reaches: the interface that holds it, the machine the
+worker runs on, and whether only that machine reaches it (app.scheduler.gang_reach decides)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import socket
 import struct
 from pathlib import Path
 
-from app.scheduler.gang_reach import DOCKER_BRIDGE, LOOPBACK, host_key
+from app.scheduler.gang_reach import DOCKER_BRIDGE, LOOPBACK, machine_netns
 
 BRIDGE_INTERFACE = "docker0"
 BRIDGE_NETWORK = ipaddress.ip_network("172.17.0.0/16")  # Docker's default bridge
@@ -39,7 +39,7 @@ def interface_of(address: str) -> str | None:
 
 
 def local_only(address: str, interface: str | None) -> str | None:
-    """gang_reach.LOOPBACK or DOCKER_BRIDGE when no other host reaches `address`, else None."""
+    """gang_reach.LOOPBACK or DOCKER_BRIDGE when no other machine reaches `address`, else None."""
     try:
         ip = ipaddress.ip_address(socket.gethostbyname(address))  # a host name: what it is
     except (OSError, ValueError):
@@ -51,8 +51,9 @@ def local_only(address: str, interface: str | None) -> str | None:
     return None
 
 
-def this_host() -> str:
-    """This worker's host as gang_reach compares them: machine (boot id) and network namespace."""
+def this_machine_netns() -> str:
+    """Where this worker runs, as gang_reach compares them: machine (boot id) and network
+    namespace."""
     try:
         machine = BOOT_ID.read_text().strip()
     except OSError:
@@ -61,4 +62,4 @@ def this_host() -> str:
         netns = os.readlink(NETNS)
     except OSError:
         netns = "?"
-    return host_key(machine, netns)
+    return machine_netns(machine, netns)

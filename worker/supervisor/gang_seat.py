@@ -63,17 +63,17 @@ class Formed:
 
 def advertised(settings: Settings) -> tuple[str, str]:
     """(address, why this one): EPOCHAL_WORKER_ADDRESS, else the interface that routes to
-    the database (what the other workers reach too), else loopback (SQLite: one host)."""
+    the database (what the other workers reach too), else loopback (SQLite: one machine)."""
     if settings.worker_address:
         return settings.worker_address, "EPOCHAL_WORKER_ADDRESS"
     url = make_url(settings.sqlalchemy_url)
     if not url.host:
-        return "127.0.0.1", "loopback: the database is a local file, so the gang is one host"
+        return "127.0.0.1", "loopback: the database is a local file, so the gang is one machine"
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((url.host, url.port or 5432))  # UDP: no packet sent, a route chosen
             address = str(probe.getsockname()[0])
-    except OSError as exc:  # no route (or no name) now: the host's own name is the best guess
+    except OSError as exc:  # no route (or no name) now: this machine's host name is the best guess
         return socket.gethostname(), f"the host's name: no route to the database ({exc})"
     return address, f"the interface that routes to the database ({url.host})"
 
@@ -86,7 +86,9 @@ def rendezvous(settings: Settings) -> tuple[Rendezvous, socket.socket]:
     address, _ = advertised(settings)
     holder = gang_port.hold()
     reach = gang_address.local_only(address, gang_address.interface_of(address))
-    return Rendezvous(address, gang_port.port_of(holder), gang_address.this_host(), reach), holder
+    return Rendezvous(
+        address, gang_port.port_of(holder), gang_address.this_machine_netns(), reach
+    ), holder
 
 
 def wake_others(job_id: str, nodes: int) -> None:

@@ -153,7 +153,7 @@ def start_child(
     rank = gang_seat.rank_of(formed)
     files = _fresh_files(settings, job_id, attempt, spec, rank)
     # Another node's lines go to the database too, from this attempt on: the API reads those.
-    # So do rank 0's when the store is not the artifacts directory: then the API box shares
+    # So do rank 0's when the store is not the artifacts directory: then the API machine shares
     # no folder with this one.
     log_path = files.log
     shipped = rank > 0 or not is_artifacts_dir(settings)
@@ -163,7 +163,7 @@ def start_child(
     # A gang's node is started cold: its environment names its rank and the rendezvous.
     child = None if formed else POOL.assign(spec.framework, job_id, attempt, threads)
     # The next child of this kind imports its framework while this one trains, so a job that
-    # comes right after this one ends (a sweep's next trial) starts warm too; on a box whose
+    # comes right after this one ends (a sweep's next trial) starts warm too; on a machine whose
     # every core trains, it starts when this job ends instead (worker.supervisor.threads).
     if spare_cpu(spec, threads):
         warm_up(settings, [spec.framework])

@@ -1,23 +1,23 @@
 """The CPU threads each training process gets, chosen here rather than left to the frameworks.
 
-PyTorch (OpenMP) and TensorFlow size their pools by the host's cores. A job's intra-op
-threads wait for each other at every operation, so when anything else on the box takes a core
+PyTorch (OpenMP) and TensorFlow size their pools by the machine's cores. A job's intra-op
+threads wait for each other at every operation, so when anything else on the machine takes a core
 (the API answering a poll, the supervisor, the next warm child's import) every thread of the
 step waits for the one that lost it (BENCHMARKS.md, "Threads chosen, not defaulted"). So the
 worker has a CPU budget: EPOCHAL_WORKER_CPUS, by default the CPUs it may run on (its affinity
 mask, or its cgroup's CPU quota when that is smaller: a container's `cpus:`), less one for the
-service's own processes on a box of RESERVE_FROM_CPUS or more. A job trains on all of it, or on
+service's own processes on a machine of RESERVE_FROM_CPUS or more. A job trains on all of it, or on
 `resources.cpu_threads` if that is lower (a higher value gets the budget: the API cannot know
 which worker takes the job); DDP ranks split it. The warm child that takes a job gets the same
 count as a cold one. The count is a ceiling: TensorFlow's back-end runs a lone replica's step
 that is too small to share on one thread (worker.training.tf.strategy.fitted_to_step).
 
 The service's own work is mostly the next warm child's import (seconds of CPU); the API's and
-the supervisor's are bursts of milliseconds. A core kept for it is a quarter of a 4-core box but
-half of a 2-core one. So on a small box the job gets every core and the next warm child starts
+the supervisor's are bursts of milliseconds. A core kept for it is a quarter of a 4-core machine but
+half of a 2-core one. So on a small machine the job gets every core and the next warm child starts
 when the job ends (spare_cpu), not beside it: an import beside a job on both cores of a 2-core
-box roughly doubled its training time, even at idle priority (BENCHMARKS.md, "Every core on a
-small box, the next import after the job").
+machine roughly doubled its training time, even at idle priority (BENCHMARKS.md, "Every core on a
+small machine, the next import after the job").
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from worker.protocol import Threads
 
 # The API, the Celery process with its supervisor, and the next warm child's import: together
 # about one core's worth of work beside a training job, mostly in bursts. It is kept for them
-# only where it is at most a quarter of the box.
+# only where it is at most a quarter of the machine.
 SERVICE_CPUS = 1
 RESERVE_FROM_CPUS = 4
 CGROUP = Path("/sys/fs/cgroup")

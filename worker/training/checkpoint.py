@@ -160,7 +160,7 @@ class Checkpointer(Callback):
         """Load the newest whole checkpoint into the back-end, callbacks and state; False if
         none (one that fails to load is skipped for the one before it). With a publisher, the
         store's newest whole checkpoint is brought here first when this staging has none as new
-        (another worker's, or one written before this box was used)."""
+        (another worker's, or one written before this machine was used)."""
         if self.publisher is not None:
             self.publisher.fetch_newer(self.root)
         for candidate in whole_checkpoints(self.root):

@@ -50,7 +50,7 @@ from worker.training.checkpoint import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-FETCH_LOCK = ".fetch.lock"  # ranks of one box take turns: one downloads, the others find it
+FETCH_LOCK = ".fetch.lock"  # ranks of one machine take turns: one downloads, the others find it
 FIRST_DELAY, MAX_DELAY = 0.5, 30.0  # the retries' backoff, in seconds
 
 

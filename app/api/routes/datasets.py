@@ -129,7 +129,7 @@ def create_dataset(
     settings = get_settings()
     path = uploads.store(arrays, settings.resolved_data_dir, row.id)
     row.size_bytes = path.stat().st_size  # what it costs is what is stored, not what was sent
-    # A store of its own: workers on other boxes, sharing no folder, fetch the file from it.
+    # A store of its own: workers on other machines, sharing no folder, fetch the file from it.
     shared = not is_artifacts_dir(settings)
     try:
         _within_quota_at_commit(session, key, row.size_bytes)

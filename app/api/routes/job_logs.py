@@ -44,11 +44,11 @@ def read_job_logs(
             f"members 0..{job.nodes - 1}",
         )
     # Shipped lines first: every member's, and rank 0's when the store is not the artifacts
-    # directory (worker.supervisor.runner); else rank 0's log file, on this box.
+    # directory (worker.supervisor.runner); else rank 0's log file, on this machine.
     lines, truncated = member_log.tail(session, job.id, member, tail)
     if member == 0 and not lines:
         log = JobFiles.of(get_settings().resolved_artifacts_dir, job.id).log
         lines, truncated = tail_lines(log, tail)
-    hidden = job_texts(session, job, key)  # a gang's hosts, for an admin only
+    hidden = job_texts(session, job, key)  # a gang's machines, for an admin only
     shown = [hidden(without_server_paths(line)) for line in lines]
     return JobLogPublic(job_id=job.id, member=member, lines=shown, truncated=truncated)

@@ -8,7 +8,7 @@ The group is made before the child trains and the child moved in; it is removed 
 child's exit (whatever is left in it killed first), and a group a dead worker left is removed
 by the next. A process that goes over is killed, and the attempt ends out_of_memory with the
 limit and the peak: final, since the same spec would go over again. Whatever the kind, the
-training process's oom_score_adj is the highest, so the box's own OOM killer picks it before
+training process's oom_score_adj is the highest, so the machine's own OOM killer picks it before
 the API, the database or the worker. EPOCHAL_JOB_MEMORY_LIMIT=off turns it all off.
 """
 

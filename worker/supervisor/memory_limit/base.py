@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-# The box's OOM killer picks the process with the highest score: a training process, never the
+# The machine's OOM killer picks the process with the highest score: a training process, never the
 # API, the database or the worker, whose scores stay as they were.
 OOM_SCORE_ADJ = 1000
 PREFIX = "epochal-"  # a job's group is PREFIX + the worker's pid + its job and attempt
@@ -102,7 +102,8 @@ class CgroupLimit(MemoryLimit):
 
 
 def set_oom_score(pid: int) -> None:
-    """The training process first in line for the box's OOM killer (its processes inherit it)."""
+    """The training process first in line for the machine's OOM killer (its processes inherit
+    it)."""
     with contextlib.suppress(OSError):  # gone already: nothing to protect the others from
         Path(f"/proc/{pid}/oom_score_adj").write_text(str(OOM_SCORE_ADJ))
 

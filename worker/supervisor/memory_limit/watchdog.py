@@ -3,7 +3,7 @@ memory of the training process and its descendants (DDP ranks) at each look (abo
 second) and SIGKILLs the process group once it is over. An address-space limit (RLIMIT_AS)
 would be exact, but the frameworks reserve far more address space than they touch (allocator
 arenas, thread stacks, TensorFlow's and CUDA's reservations), so it would fail jobs that fit.
-An allocation that outruns a look can still reach the box's OOM killer, which then picks the
+An allocation that outruns a look can still reach the machine's OOM killer, which then picks the
 training process first (base.OOM_SCORE_ADJ)."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from worker.training.data.uploads import load_upload
 
 
 def load_raw(spec: JobSpec, data_dir: Path, store: Store | None = None) -> RawData:
-    """The arrays of the data set the spec names, as stored (an upload this box does not hold
+    """The arrays of the data set the spec names, as stored (an upload this machine does not hold
     comes from `store`)."""
     ds = spec.dataset
     if ds.name in ("fashion_mnist", "mnist"):

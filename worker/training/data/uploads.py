@@ -22,7 +22,7 @@ from worker.training.data.types import DataError, RawData
 
 def load_upload(dataset_id: str, data_dir: Path, store: Store | None = None) -> RawData:
     """The arrays of upload `dataset_id`, fetched from `store` into the data directory when
-    this box does not hold them; DataError when it is gone or unreadable."""
+    this machine does not hold them; DataError when it is gone or unreadable."""
     if not is_id(dataset_id):  # the spec allows only these; never build a path else
         raise DataError(f"{dataset_id!r} is not a data set id")
     path = upload_path(data_dir, dataset_id)

@@ -17,7 +17,7 @@ from worker.training.tf.cluster import multi_worker
 # Forward FLOPs of one replica's step below which TensorFlow's CPU step may run faster on one
 # intra-op thread than on several: its ops are too small to pay for handing out their shards
 # on some CPUs (BENCHMARKS.md, "TensorFlow's step on one thread"), not on others; which, the
-# worker measures once per box (worker.calibration). PyTorch's OpenMP pool gains from every
+# worker measures once per machine (worker.calibration). PyTorch's OpenMP pool gains from every
 # core even at batch 8, so only this back-end has such a floor.
 SHARED_STEP_FLOPS = 2**29
 
@@ -72,7 +72,7 @@ def distribute_epoch(
 
 def fitted_to_step(placement: Placement, step_flops: int) -> Placement:
     """The supervisor's threads, or, where a lone CPU replica's step is small
-    (SHARED_STEP_FLOPS), the count measured fastest for such a step on this box (one until
+    (SHARED_STEP_FLOPS), the count measured fastest for such a step on this machine (one until
     measured). Several replicas keep theirs: their ops run side by side in the one pool."""
     alone = placement.replicas == 1 and not placement.gpus and not placement.peers
     if alone and placement.threads and step_flops < SHARED_STEP_FLOPS:
