@@ -245,8 +245,8 @@ def requeue(session: Session, job: Job, reason: str) -> bool:
     return bool(moved)
 
 
-def claim_dispatch(session: Session, job: Job) -> bool:
-    """Take the right to (re)send a queued job's message; one process wins per round."""
+def reserve_publish(session: Session, job: Job) -> bool:
+    """Reserve a queued job's (re)publish for this process; one process wins per round."""
     before, stamp = job.dispatched_at, utcnow()
     condition = Job.dispatched_at.is_(None) if before is None else Job.dispatched_at == before
     claimed = rows_changed(
@@ -255,13 +255,13 @@ def claim_dispatch(session: Session, job: Job) -> bool:
         .where(Job.id == job.id, Job.status == JobStatus.queued, condition)
         .values(dispatched_at=stamp),
     )
-    if claimed:  # remember our stamp (without a second write) so release_dispatch can match it
+    if claimed:  # remember our stamp (without a second write) so release_publish can match it
         set_committed_value(job, "dispatched_at", stamp)
     return bool(claimed)
 
 
-def release_dispatch(session: Session, job: Job) -> None:
-    """Undo claim_dispatch after a publish that failed (only if nobody sent it since)."""
+def release_publish(session: Session, job: Job) -> None:
+    """Undo reserve_publish after a publish that failed (only if nobody sent it since)."""
     session.execute(
         update(Job)
         .where(Job.id == job.id, Job.dispatched_at == job.dispatched_at)

@@ -28,7 +28,7 @@ from app.domain.redact import without_server_paths
 from app.domain.tables import Dataset, utcnow
 from app.domain.upload_rules import UploadError
 from app.services import ingest_lease
-from app.services.queue import send_ingest
+from app.services.queue import publish_ingest
 from app.shards import ShardError, ShardIndex, dataset_prefix
 from app.shards.ingest import Task, ingest_file
 from app.storage import get_store
@@ -177,7 +177,7 @@ def queue_ingest(session: Session, dataset: Dataset) -> Dataset:
     dataset.ingest_sent_at = utcnow()
     session.commit()
     try:
-        send_ingest(dataset.id)
+        publish_ingest(dataset.id)
     except Exception as exc:  # any broker error: the row must not stay ingesting
         dataset.status, dataset.progress = "failed", None
         dataset.error = f"the ingest could not be queued ({type(exc).__name__}); register again"

@@ -1,4 +1,4 @@
-"""Keeping the queue honest: reap lost workers, re-send lost messages, expire waiting jobs;
+"""Keeping the queue honest: reap lost workers, re-publish lost messages, expire waiting jobs;
 and, once an interval, the retention and the store's cleaner.
 
 Runs as a thread in every API and worker process. Each change is a conditional UPDATE, so many
@@ -27,8 +27,8 @@ from app.scheduler import gang, standings
 from app.scheduler.preempt import preempt_round
 from app.schemas.stored_spec import stored
 from app.services import ingest_lease, sweeps
-from app.services.dispatch import Sent, dispatch, wake
-from app.services.queue import send_ingest
+from app.services.publish import PublishResult, publish_queued, republish
+from app.services.queue import publish_ingest
 from app.storage import get_store
 from app.storage.checkpoint_sets import CheckpointSets
 from app.storage.cleaner import Cleaned, abort_stale_uploads, remove_partial_checkpoints
@@ -57,7 +57,7 @@ def reap_lost_workers(session: Session) -> int:
             done = crud.requeue(session, job, f"worker lost (lease expired), attempt {job.attempt}")
             if done:
                 session.commit()
-                dispatch(session, job)
+                publish_queued(session, job)
         else:
             done = crud.finish_job(
                 session,
@@ -76,13 +76,13 @@ def reap_lost_workers(session: Session) -> int:
     return count
 
 
-def _needs_sending(session: Session, job: Job, settings: Settings) -> bool:
+def _needs_publishing(session: Session, job: Job, settings: Settings) -> bool:
     """Never sent, or sent long ago while a fitting worker sits idle: the message is gone.
 
     An idle live worker that consumes the job's queue takes a waiting message within
     moments, so a job still queued dispatch_retry_seconds after its last send, while such a
     worker idles, has lost its message (a broker restarted empty, P7). A wrong guess costs one
-    duplicate message that the claim ignores; re-sends are at most one per job per
+    duplicate message that the claim ignores; re-publishes are at most one per job per
     dispatch_retry_seconds and happen only while a fitting worker is idle (bounded).
     """
     if job.dispatched_at is None:
@@ -107,8 +107,8 @@ def _queue_expired(job: Job) -> int | None:
     return None
 
 
-def expire_and_redispatch(session: Session, settings: Settings) -> None:
-    """Fail jobs past max_queue_seconds; re-send the ones whose message is gone."""
+def expire_and_republish(session: Session, settings: Settings) -> None:
+    """Fail jobs past max_queue_seconds; re-publish the ones whose message is gone."""
     broker_down = False
     for job in crud.queued_jobs(session):
         limit = _queue_expired(job)
@@ -120,12 +120,12 @@ def expire_and_redispatch(session: Session, settings: Settings) -> None:
                 f"not started within max_queue_seconds={limit}; no fitting worker was free",
             )
             session.commit()
-        elif not broker_down and _needs_sending(session, job, settings):
-            sent = dispatch(session, job)
+        elif not broker_down and _needs_publishing(session, job, settings):
+            sent = publish_queued(session, job)
             # One failed publish says the broker is down: spare the others the wait in the
             # current round.
-            broker_down = sent is Sent.broker_down
-            if sent is Sent.published:
+            broker_down = sent is PublishResult.broker_down
+            if sent is PublishResult.published:
                 with job_context(job.id):  # a line about a job carries its id
                     log.info("re-sent job %s to %s", job.id, job.queue)
 
@@ -135,7 +135,7 @@ def release_gangs(settings: Settings) -> None:
     with session_scope() as session:
         woken = gang.dissolve_stale(session, settings)
     for job_id in woken:
-        wake(job_id)
+        republish(job_id)
 
 
 def run_once(settings: Settings) -> None:
@@ -145,12 +145,12 @@ def run_once(settings: Settings) -> None:
     with session_scope() as session:  # make room for a queued job far above a running one
         preempt_round(session, settings)
     with session_scope() as session:
-        expire_and_redispatch(session, settings)
+        expire_and_republish(session, settings)
     with session_scope() as session:  # a sweep whose trial ended unseen (e.g. reaped) goes on
         sweeps.top_up_unfinished(session)
     with session_scope() as session:  # an ingest whose worker or message was lost
         for dataset_id in ingest_lease.lost(session, settings):
-            send_ingest(dataset_id)
+            publish_ingest(dataset_id)
     # Whatever the steps above or other processes changed: every process runs a round, and
     # one refresh per half round is enough to keep each standing within a round of the truth.
     standings.refresh(settings, unless_within=settings.maintenance_seconds / 2)

@@ -71,12 +71,12 @@ def producer() -> Celery:
     return app
 
 
-def send_train(job_id: str, queue: str) -> None:
+def publish_train(job_id: str, queue: str) -> None:
     """Publish the job id to its queue (after the job is committed)."""
     producer().send_task(TRAIN_TASK, args=[job_id], queue=queue)
 
 
-def send_ingest(dataset_id: str) -> None:
+def publish_ingest(dataset_id: str) -> None:
     """Publish the data set's id for the ingest task (after its row is committed)."""
     producer().send_task(INGEST_TASK, args=[dataset_id], queue=queue_for_gpus(0))
 

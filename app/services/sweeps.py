@@ -39,7 +39,7 @@ from app.domain.tables import Job, Sweep, utcnow
 from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 from app.services import sweep_study, trial_limits, trial_rows
-from app.services.dispatch import dispatch
+from app.services.publish import publish_queued
 
 log = logging.getLogger(__name__)
 WAIT_RECHECK = timedelta(minutes=1)  # a waiting sweep's top-up at least this often
@@ -70,7 +70,7 @@ def trial_limit(spec: SweepSpec) -> int:
 
 def submit(session: Session, spec: SweepSpec, owner_id: str | None) -> tuple[Sweep, list[Job]]:
     """Store the sweep, make its study, store its first trials: the caller publishes those
-    (dispatch_new) once it holds no session (a submit during a broker outage)."""
+    (publish_new) once it holds no session (a submit during a broker outage)."""
     from app.core.config import get_settings
 
     url = get_settings().sqlalchemy_url
@@ -116,7 +116,7 @@ def top_up(session: Session, sweep_id: str, publish: bool = True) -> list[Job]:
             sweep.finished_at = utcnow()
         session.commit()
     for job in launched if publish else ():
-        dispatch(session, job)  # a failed publish leaves it queued for the reconciler
+        publish_queued(session, job)  # a failed publish leaves it queued for the reconciler
     return launched
 
 

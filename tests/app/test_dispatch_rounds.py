@@ -16,13 +16,13 @@ def test_a_round_stops_sending_at_the_first_failed_publish(
 ) -> None:
     jobs, before = [new_job() for _ in range(3)], messages(db_env, "gpus-0")
     tried: list[str] = []
-    publish = maintenance.dispatch
+    publish = maintenance.publish_queued
 
     def counted(session, job):  # type: ignore[no-untyped-def]
         tried.append(job.id)
         return publish(session, job)
 
-    monkeypatch.setattr(maintenance, "dispatch", counted)
+    monkeypatch.setattr(maintenance, "publish_queued", counted)
     monkeypatch.setenv("EPOCHAL_BROKER_URL", f"redis://127.0.0.1:{free_port()}/0")  # nobody
     clear_caches()
     reconcile()

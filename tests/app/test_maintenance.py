@@ -20,8 +20,8 @@ from app.domain import crud
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker, utcnow
 from app.schemas.job_spec import JobSpec
-from app.services.dispatch import Sent, dispatch
-from app.services.maintenance import expire_and_redispatch
+from app.services.maintenance import expire_and_republish
+from app.services.publish import PublishResult, publish_queued
 from tests.helpers import clear_caches, free_port
 
 
@@ -69,7 +69,7 @@ def messages(env: dict[str, str], queue: str) -> int:
 
 def reconcile() -> None:
     with session_scope() as session:
-        expire_and_redispatch(session, get_settings())
+        expire_and_republish(session, get_settings())
 
 
 @contextmanager
@@ -102,7 +102,9 @@ def test_failed_publish_leaves_the_job_queued_and_the_next_round_sends_it(
     clear_caches()
     with logged_lines() as lines:
         with session_scope() as session:
-            assert dispatch(session, crud.get_job(session, job.id)) is Sent.broker_down  # type: ignore[arg-type]
+            assert (
+                publish_queued(session, crud.get_job(session, job.id)) is PublishResult.broker_down
+            )  # type: ignore[arg-type]
         assert stored(job.id).status == JobStatus.queued and stored(job.id).dispatched_at is None
         if "EPOCHAL_BROKER_URL" in db_env:  # the broker is back
             monkeypatch.setenv("EPOCHAL_BROKER_URL", db_env["EPOCHAL_BROKER_URL"])
@@ -123,9 +125,9 @@ def test_only_one_process_sends_a_job_per_round(db_env: dict[str, str]) -> None:
     before = messages(db_env, "gpus-0")
     mine, theirs = stored(job.id), stored(job.id)  # two processes read the same row
     with session_scope() as session:
-        assert dispatch(session, mine) is Sent.published
+        assert publish_queued(session, mine) is PublishResult.published
     with session_scope() as session:
-        assert dispatch(session, theirs) is Sent.taken
+        assert publish_queued(session, theirs) is PublishResult.taken
     assert messages(db_env, "gpus-0") == before + 1
 
 
@@ -143,7 +145,7 @@ def test_resend_only_when_a_fitting_worker_idles(
 ) -> None:
     job, before = new_job(), messages(db_env, "gpus-0")
     with session_scope() as session:
-        assert dispatch(session, crud.get_job(session, job.id)) is Sent.published  # type: ignore[arg-type]
+        assert publish_queued(session, crud.get_job(session, job.id)) is PublishResult.published  # type: ignore[arg-type]
     long_ago = utcnow() - timedelta(hours=1)
     set_job(job.id, dispatched_at=long_ago)  # its message went out an hour ago
     if worker is not None:

@@ -9,7 +9,7 @@ from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.schemas.job_spec import JobSpec
-from app.services import dispatch
+from app.services import publish
 from worker.supervisor import wakeup
 
 
@@ -25,11 +25,11 @@ def test_a_message_spent_on_another_job_is_sent_again_for_its_own(
     db_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[str] = []
-    # the send itself (app.services.dispatch.wake looks it up when called)
-    monkeypatch.setattr(dispatch, "dispatch", lambda session, job: sent.append(job.id))
+    # the send itself (app.services.publish.republish looks it up when called)
+    monkeypatch.setattr(publish, "publish_queued", lambda session, job: sent.append(job.id))
     low, high = new_job(10), new_job(90)
     claimed = wakeup.claim(get_settings(), "w1")
     assert claimed is not None and claimed[0] == high and claimed[1] == 1
-    wakeup.resend(low)  # the message was low's: it still waits
-    wakeup.resend(high)  # running now: nothing to send
+    wakeup.try_republish(low)  # the message was low's: it still waits
+    wakeup.try_republish(high)  # running now: nothing to send
     assert sent == [low]

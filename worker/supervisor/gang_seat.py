@@ -28,8 +28,8 @@ from app.domain.states import ACTIVE, ErrorCode, JobStatus
 from app.scheduler import gang
 from app.scheduler.gang import Rendezvous, TakenSeat
 from app.schemas.api import StepProgress
-from app.services.dispatch import wake
-from app.services.queue import send_train
+from app.services.publish import republish
+from app.services.queue import publish_train
 from worker.protocol import AGREED_STOPS, GANG_SECRET_ENV, RETRYABLE, GangNode, Outcome
 from worker.supervisor import gang_address, gang_port, shutdown
 from worker.supervisor.lease import LeaseKeeper
@@ -91,14 +91,14 @@ def rendezvous(settings: Settings) -> tuple[Rendezvous, socket.socket]:
     ), holder
 
 
-def wake_others(job_id: str, nodes: int) -> None:
+def publish_others(job_id: str, nodes: int) -> None:
     """A gang just opened: a wake-up for each other seat, so free workers come to take it."""
     with session_scope() as session:
         job = crud.get_job(session, job_id)
         queue = job.queue if job is not None else None
     for _ in range(nodes - 1):
         if queue is not None:
-            send_train(job_id, queue)
+            publish_train(job_id, queue)
 
 
 def wait_formed(settings: Settings, seat: TakenSeat, worker: str) -> Formed | None:
@@ -108,7 +108,7 @@ def wait_formed(settings: Settings, seat: TakenSeat, worker: str) -> Formed | No
     while True:
         formed, woken, seated = _look(settings, seat, worker)
         for job_id in woken:
-            wake(job_id)
+            republish(job_id)
         if formed is not None or not seated:
             return formed
         if shutdown.requested():
@@ -146,7 +146,7 @@ def leave_forming(job_id: str) -> None:
     with session_scope() as session:
         seats = gang.seats_of(session, job_id)
         gang.release(session, job_id, [s.worker for s in seats])
-    wake(job_id)
+    republish(job_id)
 
 
 def describe(settings: Settings, formed: Formed) -> str:

@@ -13,7 +13,7 @@ from app.domain import crud, retention
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.scheduler import preempt
 from app.services import sweeps
-from app.services.dispatch import dispatch
+from app.services.publish import publish_queued
 from worker.protocol import Outcome, read_outcome
 from worker.supervisor import gang_seat, memory_limit, shutdown
 from worker.supervisor.attempt import Attempt, note
@@ -40,7 +40,7 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
             session, job, outcome.error
         ):
             session.commit()
-            dispatch(session, job)  # a wake-up for the slot it will resume on
+            publish_queued(session, job)  # a wake-up for the slot it will resume on
             return None
         if outcome.retryable and job.status == JobStatus.cancelling:
             outcome = Outcome.stopped(StopReason.cancelled, outcome.error)
@@ -48,7 +48,7 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
             reason = f"attempt {attempt} failed ({outcome.error_code}); retrying"
             if crud.requeue(session, job, reason):
                 session.commit()
-                dispatch(session, job)
+                publish_queued(session, job)
                 return None
         elif outcome.retryable:
             outcome.error = f"{outcome.error} (attempt {attempt}; max_restarts reached)"

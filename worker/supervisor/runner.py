@@ -70,7 +70,7 @@ def run_job(job_id: str, worker_name: str) -> None:
     woken_for, formed = job_id, None
     if isinstance(claimed, TakenSeat):  # a seat in a multi-node job's gang: wait until it forms
         if claimed.job_id != woken_for:
-            wakeup.resend(woken_for)
+            wakeup.try_republish(woken_for)
         formed = gang_seat.wait_formed(settings, claimed, worker_name)
         if formed is None:
             gang_port.let_go(claimed.job_id)
@@ -79,7 +79,7 @@ def run_job(job_id: str, worker_name: str) -> None:
         claimed = formed.claimed
     job_id, attempt, stored, started_at, memory = claimed
     if woken_for != job_id and formed is None:  # the message went to another job: its own
-        wakeup.resend(woken_for)  # job needs one again
+        wakeup.try_republish(woken_for)  # job needs one again
     spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
     _set_current_job(worker_name, job_id)
     try:

@@ -1,5 +1,5 @@
 """A Celery message is a wake-up for this worker's slot (app.scheduler.claim): claim the job
-the scheduler puts first, and when that is not the message's own job, send that job a wake-up
+the scheduler puts first, and when that is not the message's own job, publish that job a wake-up
 again, so each queued job keeps a message on its way to a worker that fits it (a worker
 bigger than it needs may have used it for another job)."""
 
@@ -18,7 +18,7 @@ from app.domain.tables import Job
 from app.scheduler import standings
 from app.scheduler.claim import claim_next
 from app.scheduler.gang import TakenSeat
-from app.services.dispatch import wake
+from app.services.publish import republish
 from worker.supervisor import gang_port, gang_seat
 
 log = logging.getLogger(__name__)
@@ -53,14 +53,14 @@ def claim(settings: Settings, worker_name: str) -> Claimed | TakenSeat | None:
         standings.refresh(settings)  # the jobs behind the one it took moved up
         return claimed
     if seat is not None and seat.rank == 0:
-        gang_seat.wake_others(seat.job_id, seat.nodes)
+        gang_seat.publish_others(seat.job_id, seat.nodes)
     return seat
 
 
-def resend(job_id: str) -> None:
+def try_republish(job_id: str) -> None:
     """A wake-up for a job still queued whose message another job's claim used: each queued job
     keeps a message on its way to a worker that fits it (a bigger worker may have taken it)."""
     try:
-        wake(job_id)
-    except OperationalError:  # the reconciler sends it later (RELIABILITY.md P7)
-        log.warning("could not re-send job %s's wake-up", job_id, exc_info=True)
+        republish(job_id)
+    except OperationalError:  # the reconciler publishes it later (RELIABILITY.md P7)
+        log.warning("could not re-publish job %s's wake-up", job_id, exc_info=True)

@@ -47,7 +47,7 @@ from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from app.schemas.stored_spec import shown
 from app.services import sweeps
-from app.services.dispatch import dispatch_new
+from app.services.publish import publish_new
 from app.services.queue import queue_for_gpus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -138,7 +138,7 @@ async def create_job(
     # While the broker is away the publish retries for seconds: not with this request's DB
     # slot held, which other requests need. A failed publish leaves it to the reconciler.
     await release_db(session)
-    await run_in_threadpool(dispatch_new, [job])
+    await run_in_threadpool(publish_new, [job])
     return body
 
 
@@ -250,7 +250,7 @@ async def continue_job(
     new, answer = await run_in_threadpool(_store, session, key, spec, None)
     assert new is not None  # no Idempotency-Key: never a replay
     await release_db(session)
-    await run_in_threadpool(dispatch_new, [new])
+    await run_in_threadpool(publish_new, [new])
     return answer
 
 

@@ -38,7 +38,7 @@ from app.schemas.sweep import (
     TrialPublic,
 )
 from app.services import sweeps as controller
-from app.services.dispatch import dispatch_new
+from app.services.publish import publish_new
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 
@@ -143,7 +143,7 @@ async def create_sweep(session: SessionDep, key: CurrentKey, spec: SweepSpec) ->
     """Submit a sweep; a space that can make a job the schema rejects is a 422 naming it."""
     body, trials = await SUBMITS.run(partial(_store, session, key, spec), owner=key.id)
     await release_db(session)  # no DB slot held while the broker retries (like a job submit)
-    await run_in_threadpool(dispatch_new, trials)
+    await run_in_threadpool(publish_new, trials)
     return body
 
 
