@@ -1,5 +1,5 @@
 """Small jobs back to back on a CPU worker, the next warm child importing beside each one: the
-worker as it runs (the import at idle CPU priority, worker.priority) against the same worker
+worker as it runs (the import at idle CPU priority, worker.cpu_priority) against the same worker
 without the right to come back from idle priority (no CAP_SYS_NICE, RLIMIT_NICE 0: the import
 at normal priority, as before). Those jobs train on every CPU but one (EPOCHAL_WORKER_CPUS), so
 the import has a core beside them, as on a box of 4 CPUs or more. A third worker keeps the

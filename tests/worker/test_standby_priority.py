@@ -1,5 +1,5 @@
 """A warm training child imports at idle CPU priority and is back at normal priority, every
-thread of it, the moment the supervisor hands it a job (worker.priority)."""
+thread of it, the moment the supervisor hands it a job (worker.cpu_priority)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.helpers import ROOT, wait_until
-from worker.priority import may_leave_idle
+from worker.cpu_priority import may_leave_idle
 from worker.protocol import child_env
 from worker.supervisor.standby import StandbyPool
 
@@ -54,7 +54,7 @@ def test_without_the_right_to_come_back_it_never_goes_idle() -> None:
     priority again, so it stays where it is."""
     code = (
         "import os\n"
-        "from worker.priority import idle_while_waiting, may_leave_idle\n"
+        "from worker.cpu_priority import idle_while_waiting, may_leave_idle\n"
         "print(may_leave_idle(), idle_while_waiting(), os.sched_getscheduler(0))\n"
     )
     # As an unprivileged user: setpriv drops every capability, preexec_fn sets RLIMIT_NICE 0.
@@ -73,7 +73,7 @@ def test_without_the_right_to_come_back_it_never_goes_idle() -> None:
 def test_back_to_normal_raises_every_thread_of_this_process() -> None:
     code = (
         "import os, threading\n"
-        "from worker.priority import back_to_normal, idle_while_waiting\n"
+        "from worker.cpu_priority import back_to_normal, idle_while_waiting\n"
         "assert idle_while_waiting()\n"
         "ready, done = threading.Event(), threading.Event()\n"
         "t = threading.Thread(target=lambda: (ready.set(), done.wait())); t.start(); ready.wait()\n"

@@ -33,7 +33,7 @@ from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, StopReason
 from app.schemas.job_spec import FRAMEWORKS, JobSpec
 from app.storage.base import StoreError
-from worker.priority import idle_while_waiting
+from worker.cpu_priority import idle_while_waiting
 from worker.protocol import (
     CHILD_MODULE,
     DDP_INIT_ENV,
@@ -191,7 +191,7 @@ def classify(exc: BaseException) -> Outcome:
 
 def wait_for_assignment(framework: str) -> Assignment:
     """Standby mode (worker.supervisor.standby): import the framework at idle CPU priority
-    (worker.priority), then wait on stdin."""
+    (worker.cpu_priority), then wait on stdin."""
     import importlib
 
     from worker.training.backend import BACKENDS

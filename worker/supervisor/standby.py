@@ -20,7 +20,7 @@ import threading
 import time
 
 from app.core.config import Settings
-from worker.priority import back_to_normal
+from worker.cpu_priority import back_to_normal
 from worker.protocol import Assignment, Threads, child_env, spawn_child, standby_argv
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class StandbyPool:
             child.kill()
             os.close(report)
             return None
-        back_to_normal(child.pid)  # it imported at idle priority (worker.priority)
+        back_to_normal(child.pid)  # it imported at idle priority (worker.cpu_priority)
         return child, report
 
     def close(self) -> None:
