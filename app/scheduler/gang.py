@@ -107,7 +107,7 @@ def join_forming(
     memory: int | None = None,
 ) -> TakenSeat | None:
     """A seat in the oldest forming gang that fits this worker, at `where`; the last seat forms
-    it, unless a member's address cannot be reached by another (the job fails, saying which)."""
+    it, unless a seat's address cannot be reached by another (the job fails, saying which)."""
     mine = exists().where(GangSeat.job_id == Job.id, GangSeat.worker == worker)
     forming = (
         select(Job)

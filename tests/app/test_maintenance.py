@@ -102,9 +102,9 @@ def test_failed_publish_leaves_the_job_queued_and_the_next_round_sends_it(
     clear_caches()
     with logged_lines() as lines:
         with session_scope() as session:
-            assert (
-                publish_queued(session, crud.get_job(session, job.id)) is PublishResult.broker_down
-            )  # type: ignore[arg-type]
+            stored_job = crud.get_job(session, job.id)
+            assert stored_job is not None
+            assert publish_queued(session, stored_job) is PublishResult.broker_down
         assert stored(job.id).status == JobStatus.queued and stored(job.id).dispatched_at is None
         if "EPOCHAL_BROKER_URL" in db_env:  # the broker is back
             monkeypatch.setenv("EPOCHAL_BROKER_URL", db_env["EPOCHAL_BROKER_URL"])

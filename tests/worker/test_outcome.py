@@ -69,7 +69,7 @@ def test_the_assignment_is_one_line_that_reads_back() -> None:
 
 def test_a_gang_nodes_agreed_stop_is_a_clean_end_that_rank_0_keeps() -> None:
     """A gang's other nodes report by exit code: an agreed preemption or shutdown stop is clean
-    (their seat ends done), and rank 0 keeps it even when a member's end looks like a loss."""
+    (their seat ends done), and rank 0 keeps it even when another rank's end looks like a loss."""
     clean = {reason: Outcome.stopped(reason, "stopped").clean for reason in STOPPED}
     assert {reason for reason, yes in clean.items() if yes} == {
         StopReason.cancelled,

@@ -39,7 +39,7 @@ class Attempt:
     lost: bool = False
     memory: MemoryWatch = field(default_factory=MemoryWatch)  # for an OOM verdict at the end
     formed: gang_seat.Formed | None = None  # this worker's node of a multi-node job's gang
-    broken: str | None = None  # rank 0: why the gang could not go on (a member lost)
+    broken: str | None = None  # rank 0: why the gang could not go on (a rank lost)
     shipper: LogShipper | None = None  # another node: its log's lines, to the database
     report: int | None = None  # the child's report pipe (worker.protocol.spawn_child), unread
     reported: bool = False  # its outcome file is whole; its process may still be exiting

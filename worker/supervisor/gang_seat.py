@@ -6,7 +6,7 @@ only holds its seat and says whether its training process ended cleanly (done) o
 Rank 0 watches the other seats: one lost, or one whose lease lapsed, ends the attempt at once
 (its training process is killed) as worker_lost, so the job is re-queued once as a whole gang
 within max_restarts; any node's own keeper stops its process when the attempt is no longer
-running, so every member stops together.
+running, so every rank stops together.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ POLL_SECONDS = 0.5
 # TensorFlow's server binds its port with SO_REUSEPORT, beside this worker's holder (gang_port).
 TF_REUSE_PORT_ENV = "TF_GRPC_REUSE_PORT"
 # How rank 0's process fails when another node's is gone (a collective breaks): these become
-# the gang's worker_lost when a member did go; spec errors (non-finite loss, bad data) do not.
+# the gang's worker_lost when a rank did go; spec errors (non-finite loss, bad data) do not.
 COLLECTIVE_FAILURES = {ErrorCode.internal_error, *RETRYABLE}
 
 
@@ -219,10 +219,10 @@ def node_env(settings: Settings, formed: Formed | None, env: dict[str, str]) -> 
 
 
 def settle(settings: Settings, formed: Formed, outcome: Outcome, broken: str | None) -> Outcome:
-    """Rank 0's outcome: a failure while a member was lost is the gang's loss (worker_lost,
+    """Rank 0's outcome: a failure while a rank was lost is the gang's loss (worker_lost,
     retried), unless the nodes had agreed to stop (a preemption, a shutdown: re-queued as
-    that). A member's own end may come moments after ours (the broken collective reached us
-    first), so such an end waits, renewing the job's lease, until every member has told how
+    that). Another rank's own end may come moments after ours (the broken collective reached us
+    first), so such an end waits, renewing the job's lease, until every rank has told how
     it ended or one's seat lapsed (a lease at most)."""
     if outcome.status != JobStatus.failed or outcome.error_code not in COLLECTIVE_FAILURES:
         return outcome
@@ -238,9 +238,9 @@ def settle(settings: Settings, formed: Formed, outcome: Outcome, broken: str | N
                 break
         time.sleep(POLL_SECONDS)
     if broken is None or outcome.error_code in AGREED_STOPS:  # every node agreed to stop
-        return outcome  # there, after rank 0's checkpoint: a member's end cannot undo that
+        return outcome  # there, after rank 0's checkpoint: another rank's end cannot undo that
     return Outcome.failure(
-        ErrorCode.worker_lost, f"the gang lost a member: {broken} ({outcome.error})"
+        ErrorCode.worker_lost, f"the gang lost a rank: {broken} ({outcome.error})"
     )
 
 

@@ -51,7 +51,7 @@ class LeaseKeeper(threading.Thread):
         self.status: JobStatus | None = JobStatus.running
         self.taken = False  # the job is another attempt's (or ended): stop at once
         self.preempted = False  # the scheduler asked this attempt to make room (app.scheduler)
-        self.broken: str | None = None  # a gang's member is gone (worker.supervisor.gang_seat)
+        self.broken: str | None = None  # a gang's rank is gone (worker.supervisor.gang_seat)
         self._stopped = threading.Event()
 
     def run(self) -> None:
