@@ -106,5 +106,5 @@ def declined(job_id: str) -> bool:
     with session_scope() as session:
         job = crud.get_job(session, job_id)
         if job is not None and job.status == JobStatus.queued:
-            crud.release_publish(session, job)  # the next maintenance round sends it at once
+            crud.release_publish(session, job)  # the next maintenance round publishes it at once
     return True
