@@ -121,7 +121,9 @@ def test_each_trial_of_a_sweep_warm_starts_from_its_bases_init(
             return sweep if sweep["finished_at"] else None
 
         sweep = wait_until(ended, 600, "the sweep to end", interval=0.5)
-        assert sweep["status"] == "succeeded" and sweep["counts"] == {"complete": 2}, sweep
+        trials = [http.get(f"/v1/jobs/{t['job_id']}").json() for t in sweep["trials"]]
+        why = [(t["status"], t.get("error"), t.get("transitions")) for t in trials]
+        assert sweep["status"] == "succeeded" and sweep["counts"] == {"complete": 2}, (sweep, why)
         for trial in sweep["trials"]:
             job = http.get(f"/v1/jobs/{trial['job_id']}").json()
             assert job["spec"]["init"] == job["result"]["lineage"] == lineage
