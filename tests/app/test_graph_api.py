@@ -247,3 +247,29 @@ def test_every_graph_422_names_the_node(client: TestClient) -> None:
             assert word in problem["errors"][0]["msg"] and word in problem["detail"], (what, word)
         assert "Traceback" not in response.text and "/app/" not in response.text, what
     assert client.get("/v1/jobs").json()["items"] == []  # none of them was stored
+
+
+def test_an_op_naming_an_unknown_initializer_is_a_422_at_submit(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An op whose variable names an initializer no back-end draws (a typo mypy would flag,
+    here made at run time) is refused at submit, naming the node, the variable and the name,
+    rather than failing in the training process."""
+    from app.schemas.graph.base import Variable
+    from app.schemas.graph.ops.dense import Dense
+
+    def misnamed(self: Dense, xs: list[Any]) -> list[Variable]:
+        shape = (xs[0].shape[-1], self.units)
+        return [
+            Variable("kernel", shape, "glorot_unifrom"),
+            Variable("bias", (self.units,), "zeros"),
+        ]  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Dense, "variables", misnamed)
+    response = client.post("/v1/jobs", json=graph([FLAT, dense("d1", 8)]))
+    assert response.status_code == 422, response.text[:300]
+    error = response.json()["errors"][0]
+    assert error["field"] == "model", error
+    for word in ("dense 'd1'", "variable 'kernel'", "'glorot_unifrom'", "glorot_uniform"):
+        assert word in error["msg"], (word, error["msg"])
+    assert client.get("/v1/jobs").json()["items"] == []

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.schemas.graph import Variable
+from app.schemas.graph import INITIALIZER_NAMES, InitializerName, Variable
 
 Initializer = Callable[[tuple[int, ...], np.random.Generator], np.ndarray]
 
@@ -54,7 +54,7 @@ def forget_bias(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-INITIALIZERS: dict[str, Initializer] = {
+INITIALIZERS: dict[InitializerName, Initializer] = {
     "glorot_uniform": glorot_uniform,
     "orthogonal": orthogonal,
     "small_uniform": small_uniform,
@@ -62,6 +62,10 @@ INITIALIZERS: dict[str, Initializer] = {
     "zeros": _fill(0.0),
     "ones": _fill(1.0),
 }
+
+
+if set(INITIALIZERS) != set(INITIALIZER_NAMES):  # every name the ops may use, drawn here
+    raise RuntimeError(f"initializers {sorted(INITIALIZERS)} are not {sorted(INITIALIZER_NAMES)}")
 
 
 def initial_weights(variables: list[Variable], seed: int) -> list[np.ndarray]:

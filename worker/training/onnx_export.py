@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from app.schemas.graph import INPUT as GRAPH_INPUT
 from app.schemas.graph import BuiltGraph
+from app.schemas.graph.kits import OnnxKit, OnnxValue
 from app.schemas.job_spec import JobSpec, built_model, model_input
 
 OPSET = 17
@@ -43,12 +44,12 @@ class GraphBuilder:
         self.initializers: list[onnx.TensorProto] = []
         self._count = 0
 
-    def const(self, value: np.ndarray, hint: str) -> str:
+    def const(self, value: OnnxValue, hint: str) -> str:
         name = f"{hint}:{len(self.initializers)}"  # never an op output's name
         self.initializers.append(numpy_helper.from_array(np.asarray(value), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs: Any) -> str:
+    def op(self, op_type: str, inputs: list[str], out: str | None = None, /, **attrs: Any) -> str:
         self._count += 1
         name = out or f"{op_type.lower()}_{self._count}"
         node = helper.make_node(op_type, inputs, [name], name=f"n{self._count}", **attrs)
@@ -63,8 +64,9 @@ class GraphBuilder:
         return self.op("Transpose", [x], perm=[0, *range(2, rank), 1])
 
 
-def _emit(g: GraphBuilder, graph: BuiltGraph, x: str, weights: list[np.ndarray]) -> str:
-    """Every node of the graph in order; returns the last one's output."""
+def _emit(g: OnnxKit, graph: BuiltGraph, x: str, weights: list[np.ndarray]) -> str:
+    """Every node of the graph in order; returns the last one's output. `g` is typed as the
+    kit the ops' onnx() take, so mypy checks the GraphBuilder handed in against it."""
     values = {GRAPH_INPUT: x}
     remaining: Iterator[np.ndarray] = iter(weights)
     for node in graph.nodes:

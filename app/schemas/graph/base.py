@@ -2,8 +2,9 @@
 and how each back-end and the ONNX exporter computes it.
 
 An op module never imports a framework: each back-end hands its own kit (the framework's
-namespace and a few layout helpers) to the builder methods, so the API can check and cost a
-graph without PyTorch or TensorFlow installed, and everything about one op stays in one file.
+namespace and a few layout helpers, typed as app.schemas.graph.kits' Protocols) to the builder
+methods, so the API can check and cost a graph without PyTorch or TensorFlow installed, and
+everything about one op stays in one file.
 Shapes are one sample's, channels last, as Keras lays them out; so are variables.
 """
 
@@ -11,14 +12,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Literal, Protocol, get_args
 
+import numpy as np
 from pydantic import Field
 
+from app.schemas.graph.kits import K, KerasLayer, KerasModules, OnnxKit, T, TorchKit
 from app.schemas.strict import StrictModel
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
 MAX_INPUTS = 8
+
+# How a variable's first values are drawn; worker.training.init maps each name to its draw.
+InitializerName = Literal[
+    "glorot_uniform", "orthogonal", "small_uniform", "forget_bias", "zeros", "ones"
+]
+INITIALIZER_NAMES: tuple[InitializerName, ...] = get_args(InitializerName)
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ class TensorType:
 class Variable:
     """One model variable in Keras layout: its name within the op, shape and initializer.
 
-    init is one of worker.training.init's initializers; `decays` puts it in the L2 term
+    init names one of worker.training.init's initializers; `decays` puts it in the L2 term
     (kernels, not biases, norm scales, embeddings or positions); moving statistics are not
     trainable and are not parameters. A frozen node's parameters are `frozen`: parameters
     that neither train nor decay. `lr_multiplier` scales the rate the variable trains at (its
@@ -51,7 +60,7 @@ class Variable:
 
     name: str
     shape: tuple[int, ...]
-    init: str
+    init: InitializerName
     trainable: bool = True
     decays: bool = False
     frozen: bool = False
@@ -68,6 +77,13 @@ def kernel(name: str, shape: tuple[int, ...]) -> Variable:
 
 def bias(name: str, shape: tuple[int, ...]) -> Variable:
     return Variable(name, shape, "zeros")
+
+
+class KerasKit(KerasModules[K], Protocol[K]):
+    """What keras_layer and keras_forward get: keras.layers, keras.ops and the back-end's
+    generic layer, which runs an op's keras_forward on variables the op describes."""
+
+    def OpLayer(self, op: Op, types: list[TensorType], /) -> KerasLayer: ...
 
 
 class GraphError(ValueError):
@@ -138,20 +154,20 @@ class Op(StrictModel):
             raise self.fail(f"needs {what}; its input is {x}")
 
     # -- built by the back-ends and the exporter, each handing in its kit -----------------
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         """The op in PyTorch on channels-last tensors; w holds variables() as tensors."""
         raise NotImplementedError
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         """A Keras layer whose weights are variables() in order; default: the kit's generic
         layer, which calls keras_forward."""
         return k.OpLayer(self, xs)
 
-    def keras_forward(self, k: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def keras_forward(self, k: KerasKit[K], w: list[K], xs: list[K], training: bool) -> K:
         """The op in keras.ops, for ops Keras has no layer for."""
         raise NotImplementedError
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         """Emit the op's ONNX nodes on the exporter's builder; return the output's name."""
         raise NotImplementedError
 

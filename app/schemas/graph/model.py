@@ -15,7 +15,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from app.schemas.graph.base import GraphError, Op, TensorType, Variable
+from app.schemas.graph.base import INITIALIZER_NAMES, GraphError, Op, TensorType, Variable
 from app.schemas.graph.ops.dense import Dense
 from app.schemas.graph.ops.flatten import Flatten
 from app.schemas.graph.registry import OPS, Node
@@ -225,7 +225,9 @@ def _add(nodes: list[BuiltNode], types: dict[str, TensorType], op: Op, before: O
     names = tuple(wiring(op, before))
     ins = tuple(types[name] for name in names)
     types[op.name] = out = op.infer(list(ins))
-    trains = any(v.trainable for v in op.variables(list(ins)))
+    variables = op.variables(list(ins))
+    _known_initializers(op, variables)
+    trains = any(v.trainable for v in variables)
     if not op.trainable and not trains:
         raise op.fail("has no parameters to freeze; trainable: false is for nodes with weights")
     if op.lr_multiplier != 1.0 and not (trains and op.trainable):
@@ -233,6 +235,17 @@ def _add(nodes: list[BuiltNode], types: dict[str, TensorType], op: Op, before: O
         raise op.fail(f"{why}: lr_multiplier {op.lr_multiplier:g} would scale nothing")
     nodes.append(BuiltNode(op, names, ins, out))
     return op
+
+
+def _known_initializers(op: Op, variables: list[Variable]) -> None:
+    """Fail at submit, naming the variable, when an op names an initializer no back-end
+    draws (mypy finds it first where the name is a literal)."""
+    for variable in variables:
+        if variable.init not in INITIALIZER_NAMES:
+            raise op.fail(
+                f"variable {variable.name!r} names initializer {variable.init!r}, not one of "
+                f"{', '.join(INITIALIZER_NAMES)}"
+            )
 
 
 def _head(last: BuiltNode, outputs: int) -> list[Op]:

@@ -14,6 +14,8 @@ import keras
 from pydantic import TypeAdapter
 
 from app.schemas.graph import INPUT, BuiltGraph, Op, TensorType
+from app.schemas.graph.base import KerasKit
+from app.schemas.graph.kits import KerasTensor
 from app.schemas.graph.registry import Node
 
 NODE = TypeAdapter(Node)
@@ -46,16 +48,16 @@ class OpLayer(keras.layers.Layer):
         return cls(op, types, **config)
 
 
-class KerasKit:
-    """What an op's keras_layer / keras_forward gets."""
+class _KerasKit:
+    """What an op's keras_layer / keras_forward gets. Keras ships no types, so its tensors are
+    the kit's KerasTensor Protocol: the ops' code is checked against what they may use."""
 
-    keras = keras
     layers = keras.layers
     ops = keras.ops
     OpLayer = OpLayer
 
 
-KIT = KerasKit()
+KIT: KerasKit[KerasTensor] = _KerasKit()
 
 
 def build_model(graph: BuiltGraph) -> tuple[keras.Model, list[keras.Variable]]:

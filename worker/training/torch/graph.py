@@ -12,28 +12,67 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from app.schemas.graph import INPUT, BuiltGraph, BuiltNode, Variable
+from app.schemas.graph.kits import TorchFunctional, TorchKit, TorchOps
 
 
-class TorchKit:
-    """What an op's torch_forward gets: the framework and the layout moves."""
+class _TorchOps:
+    """torch's functions the ops call (the kit's TorchOps). Each is taken from the module by
+    name, since torch builds its __all__ at run time and so exports none of them to mypy."""
 
-    torch = torch
-    F = F
+    matmul = staticmethod(torch.matmul)
+    stack = staticmethod(torch.stack)
+    cat = staticmethod(torch.cat)
+    sigmoid = staticmethod(torch.sigmoid)
+    tanh = staticmethod(torch.tanh)
+    no_grad = torch.no_grad
+    native_batch_norm = staticmethod(torch.native_batch_norm)
+    optim = torch.optim  # for the optimizers' torch_optimizer, which take the kit untyped
 
     @staticmethod
-    def channels_first(x: torch.Tensor) -> torch.Tensor:
+    def lstm(
+        input: Tensor,
+        hx: tuple[Tensor, Tensor],
+        params: list[Tensor],
+        has_biases: bool,
+        num_layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+        /,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The overload of torch.lstm on a padded batch (not a packed sequence)."""
+        return torch.lstm(
+            input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
+        )
+
+
+class _TorchKit:
+    """What an op's torch_forward gets: the framework and the layout moves. The modules are
+    returned as the kit's Protocols, so mypy checks torch's own signatures against what the
+    ops call."""
+
+    @property
+    def torch(self) -> TorchOps[Tensor]:
+        return _OPS
+
+    @property
+    def F(self) -> TorchFunctional[Tensor]:
+        return F
+
+    def channels_first(self, x: Tensor, /) -> Tensor:
         """(N, ..., C) -> (N, C, ...): a view; convolutions take it as channels_last memory."""
         return x.movedim(-1, 1)
 
-    @staticmethod
-    def channels_last(x: torch.Tensor) -> torch.Tensor:
+    def channels_last(self, x: Tensor, /) -> Tensor:
         return x.movedim(1, -1)
 
 
-KIT = TorchKit()
+_OPS = _TorchOps()
+KIT: TorchKit[Tensor] = _TorchKit()
 
 
 class OpModule(nn.Module):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from app.schemas.graph.base import Op, TensorType, Variable, bias, kernel
+from app.schemas.graph.base import KerasKit, Op, TensorType, Variable, bias, kernel
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 from app.schemas.graph.ops._window import Padding, out_size, pads
 
 
@@ -44,7 +45,7 @@ class Conv(Op):
     def _pads(self, x: TensorType) -> list[tuple[int, int]]:
         return pads(x.shape[:-1], self.kernel_size, self.stride, self.padding)
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         x = t.channels_first(xs[0])
         spatial = tuple(x.shape[2:])
         per_axis = pads(spatial, self.kernel_size, self.stride, self.padding)
@@ -58,11 +59,11 @@ class Conv(Op):
             y = conv(t.F.pad(x, flat), weight, w[1], self.stride)
         return t.channels_last(y)
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         layer = k.layers.Conv1D if self.dims == 1 else k.layers.Conv2D
         return layer(self.filters, self.kernel_size, strides=self.stride, padding=self.padding)
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         order = (2, 1, 0) if self.dims == 1 else (3, 2, 0, 1)  # -> [out, in, k..]
         weight = np.ascontiguousarray(np.transpose(w[0], order))
         per_axis = self._pads(types[0])

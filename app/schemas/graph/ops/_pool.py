@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
+import numpy as np
 from pydantic import Field
 
-from app.schemas.graph.base import Op, TensorType
+from app.schemas.graph.base import KerasKit, Op, TensorType
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 from app.schemas.graph.ops._window import out_size
 
 
@@ -34,16 +36,20 @@ class Pool(Op):
     def flops(self, xs: list[TensorType], out: TensorType) -> int:
         return self.size**self.dims * out.size
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
-        fn = getattr(t.F, f"{self.kind}_pool{self.dims}d")
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
+        pools = {(1, "max"): t.F.max_pool1d, (2, "max"): t.F.max_pool2d, (2, "avg"): t.F.avg_pool2d}
+        fn = pools[(self.dims, self.kind)]
         return t.channels_last(fn(t.channels_first(xs[0]), self.size, self.step))
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
-        name = {"max": "MaxPooling", "avg": "AveragePooling"}[self.kind]
-        layer = getattr(k.layers, f"{name}{self.dims}D")
-        return layer(self.size, strides=self.step, padding="valid")
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
+        layers = {
+            (1, "max"): k.layers.MaxPooling1D,
+            (2, "max"): k.layers.MaxPooling2D,
+            (2, "avg"): k.layers.AveragePooling2D,
+        }
+        return layers[(self.dims, self.kind)](self.size, strides=self.step, padding="valid")
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         x = g.channels_first(xs[0], self.dims + 2)
         op_type = {"max": "MaxPool", "avg": "AveragePool"}[self.kind]
         size, step = [self.size] * self.dims, [self.step] * self.dims

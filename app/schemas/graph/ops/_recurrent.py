@@ -10,12 +10,13 @@ steps applying the cell. ONNX has both ops; each subclass reorders its gates int
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from app.schemas.graph.base import Op, TensorType, Variable, kernel
+from app.schemas.graph.base import KerasKit, Op, TensorType, Variable, kernel
+from app.schemas.graph.kits import K, KerasLayer, OnnxAttribute, OnnxKit, T, TorchKit
 
 
 def gate_blocks(a: np.ndarray, order: tuple[int, ...], units: int) -> np.ndarray:
@@ -34,7 +35,7 @@ class Recurrent(Op):
     kept_per_step: ClassVar[dict[str, float]] = {"pytorch": 8.0, "tensorflow": 8.0}
     keras_class: ClassVar[str] = "LSTM"  # the Keras layer, in keras.layers
     onnx_op: ClassVar[str] = "LSTM"
-    onnx_attrs: ClassVar[dict[str, Any]] = {}
+    onnx_attrs: ClassVar[dict[str, OnnxAttribute]] = {}
     units: int = Field(ge=1, le=4096, description="width of the hidden state")
     return_sequences: bool = Field(
         False, description="every step's output (steps, units); else the last one (units,)"
@@ -68,19 +69,19 @@ class Recurrent(Op):
         return out.size + int(per_step * self.units * steps)
 
     # -- PyTorch --------------------------------------------------------------------------
-    def input_bias(self, bias: Any) -> Any:
+    def input_bias(self, bias: T) -> T:
         """The bias added to the projected inputs."""
         raise NotImplementedError
 
-    def cell(self, t: Any, projected: Any, state: tuple[Any, ...], w: list[Any]) -> tuple:
+    def cell(self, t: TorchKit[T], projected: T, state: tuple[T, ...], w: list[T]) -> tuple[T, ...]:
         """One step: the new state (hidden first) from this step's projected input."""
         raise NotImplementedError
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         x = xs[0]
         projected = t.torch.matmul(x, w[0]) + self.input_bias(w[2])  # (N, steps, gates*units)
         zeros = projected.new_zeros((x.shape[0], self.units))
-        state: tuple[Any, ...] = (zeros,) * self.states
+        state: tuple[T, ...] = (zeros,) * self.states
         outputs = []
         for step in range(x.shape[1]):
             state = self.cell(t, projected[:, step], state, w)
@@ -88,18 +89,18 @@ class Recurrent(Op):
         return t.torch.stack(outputs, 1) if self.return_sequences else outputs[-1]
 
     # -- Keras and ONNX -------------------------------------------------------------------
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
-        layer = getattr(k.layers, self.keras_class)
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
+        layer = k.layers.GRU if self.keras_class == "GRU" else k.layers.LSTM
         # Not cuDNN's kernel: XLA cannot compile it (no CudnnRNNV3 kernel for XLA_GPU_JIT, as
         # keras-team/keras#18456 reports), and the back-end's step is XLA-compiled; the plain
         # loop is also what PyTorch computes here.
         return layer(self.units, return_sequences=self.return_sequences, use_cudnn=False)
 
-    def onnx_weights(self, w: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def onnx_weights(self, w: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """W [1, gates*u, in], R [1, gates*u, u], B [1, 2*gates*u] in ONNX's gate order."""
         raise NotImplementedError
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         arrays = (np.ascontiguousarray(a, np.float32) for a in self.onnx_weights(w))
         weights = [g.const(a, name) for a, name in zip(arrays, "WRB", strict=True)]
         x = g.op("Transpose", [xs[0]], perm=[1, 0, 2])  # ONNX is time-major: (steps, N, in)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from app.schemas.graph.base import Op, TensorType
+from app.schemas.graph.base import KerasKit, Op, TensorType
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 Activation = Literal["relu", "gelu", "tanh", "sigmoid", "silu"]
 # Elements a function costs per value (for FLOPs; a rough count of its arithmetic).
@@ -29,13 +30,20 @@ class ActivationOp(Op):
     def flops(self, xs: list[TensorType], out: TensorType) -> int:
         return COST[self.fn] * out.size
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
-        return getattr(t.F, self.fn)(xs[0])
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
+        fns = {
+            "relu": t.F.relu,
+            "gelu": t.F.gelu,
+            "tanh": t.F.tanh,
+            "sigmoid": t.F.sigmoid,
+            "silu": t.F.silu,
+        }
+        return fns[self.fn](xs[0])
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.Activation(self.fn)
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         x = xs[0]
         if self.fn == "gelu":  # opset 17 has no Gelu: x * 0.5 * (1 + erf(x / sqrt(2)))
             scaled = g.op("Div", [x, g.const(np.float32(math.sqrt(2.0)), "sqrt2")])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from app.schemas.graph.base import JoinOp, TensorType
+import numpy as np
+
+from app.schemas.graph.base import JoinOp, KerasKit, TensorType
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 
 class Add(JoinOp):
@@ -21,16 +24,16 @@ class Add(JoinOp):
     def flops(self, xs: list[TensorType], out: TensorType) -> int:
         return (len(xs) - 1) * out.size
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         total = xs[0]
         for x in xs[1:]:
             total = total + x
         return total
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.Add()
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         total = xs[0]
         for x in xs[1:]:
             total = g.op("Add", [total, x])

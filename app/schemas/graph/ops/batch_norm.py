@@ -7,7 +7,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from app.schemas.graph.base import Op, TensorType, Variable
+from app.schemas.graph.base import KerasKit, Op, TensorType, Variable
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 EPSILON = 1e-3  # Keras' default, in both back-ends
 # Keras' terms: the moving statistics keep this share of their old value at each step
@@ -59,7 +60,7 @@ class BatchNorm(Op):
     def flops(self, xs: list[TensorType], out: TensorType) -> int:
         return 2 * out.size
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         # PyTorch's fused kernel over (N, C, ...): the channels-first view of a channels-last
         # image is channels_last memory, which the kernel reads as it is.
         gamma, beta, mean, var = w
@@ -74,16 +75,16 @@ class BatchNorm(Op):
             )
             with t.torch.no_grad():
                 batch_var = invstd.double().pow(-2).sub(EPSILON)
-                mean.lerp_(batch_mean.to(mean.dtype), 1 - self.momentum)
-                var.lerp_(batch_var.to(var.dtype), 1 - self.momentum)
+                mean.lerp_(batch_mean.type_as(mean), 1 - self.momentum)
+                var.lerp_(batch_var.type_as(var), 1 - self.momentum)
         else:
             y = t.F.batch_norm(x, mean, var, gamma, beta, False, 0.0, EPSILON)
         return t.channels_last(y) if xs[0].ndim > 2 else y
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.BatchNormalization(momentum=self.momentum, epsilon=EPSILON)
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         # Inference only: the moving statistics are the trained ones handed in as w, so the
         # momentum that made them plays no part here.
         gamma, beta, mean, var = (np.asarray(a, np.float64) for a in w)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from app.schemas.graph.base import JoinOp, TensorType
+import numpy as np
+
+from app.schemas.graph.base import JoinOp, KerasKit, TensorType
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 
 class Concat(JoinOp):
@@ -18,11 +21,11 @@ class Concat(JoinOp):
             raise self.fail(f"inputs differ before the last axis: {', '.join(map(str, xs))}")
         return TensorType((*xs[0].shape[:-1], sum(x.shape[-1] for x in xs)))
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         return t.torch.cat(xs, dim=-1)
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.Concatenate(axis=-1)
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         return g.op("Concat", xs, axis=-1)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
-from app.schemas.graph.base import Op, TensorType
+from app.schemas.graph.base import KerasKit, Op, TensorType
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 
 class Dropout(Op):
@@ -20,11 +22,11 @@ class Dropout(Op):
         self.needs_rank(x, (1, 2, 3), "values")
         return x
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         return t.F.dropout(xs[0], self.rate, training)
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.Dropout(self.rate)
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         return xs[0]

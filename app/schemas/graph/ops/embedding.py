@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
-from app.schemas.graph.base import Op, TensorType, Variable
+from app.schemas.graph.base import KerasKit, Op, TensorType, Variable
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 MAX_VOCAB = 1_000_000
 ONNX_INT64 = 7  # onnx.TensorProto.INT64: op modules import no framework, onnx included
@@ -39,13 +41,13 @@ class Embedding(Op):
     def variables(self, xs: list[TensorType]) -> list[Variable]:
         return [Variable("embeddings", (self.vocab_size, self.dim), "small_uniform")]
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         return t.F.embedding(xs[0].long(), w[0])
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.Embedding(self.vocab_size, self.dim)
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         # model.onnx takes float32 rows whatever the data: the ids are whole numbers there
         ids = g.op("Cast", [xs[0]], to=ONNX_INT64)
         return g.op("Gather", [g.const(w[0], "embeddings"), ids], axis=0)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from app.schemas.graph.base import Op, TensorType
+import numpy as np
+
+from app.schemas.graph.base import KerasKit, Op, TensorType
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 
 class Flatten(Op):
@@ -17,11 +20,11 @@ class Flatten(Op):
         self.needs_rank(x, (1, 2, 3), "values")
         return TensorType((x.size,))
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         return xs[0].flatten(1)
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.Flatten()
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         return g.op("Flatten", [xs[0]], axis=1)

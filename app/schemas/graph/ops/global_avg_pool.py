@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from app.schemas.graph.base import Op, TensorType
+import numpy as np
+
+from app.schemas.graph.base import KerasKit, Op, TensorType
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 
 class GlobalAvgPool(Op):
@@ -20,14 +23,15 @@ class GlobalAvgPool(Op):
     def flops(self, xs: list[TensorType], out: TensorType) -> int:
         return xs[0].size
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         x = xs[0]
         return x.mean(dim=tuple(range(1, x.ndim - 1)))
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
-        spatial = len(xs[0].shape) - 1
-        return getattr(k.layers, f"GlobalAveragePooling{spatial}D")()
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
+        if len(xs[0].shape) == 2:  # a sequence
+            return k.layers.GlobalAveragePooling1D()
+        return k.layers.GlobalAveragePooling2D()
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         axes = list(range(1, len(types[0].shape)))  # every axis but the batch and channels
         return g.op("ReduceMean", [xs[0]], axes=axes, keepdims=0)

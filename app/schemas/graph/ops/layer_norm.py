@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from app.schemas.graph.base import Op, TensorType, Variable
+import numpy as np
+
+from app.schemas.graph.base import KerasKit, Op, TensorType, Variable
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 EPSILON = 1e-3  # Keras' default, in both back-ends
 
@@ -26,13 +29,13 @@ class LayerNorm(Op):
     def flops(self, xs: list[TensorType], out: TensorType) -> int:
         return 8 * out.size
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         x = xs[0]
         return t.F.layer_norm(x, (x.shape[-1],), w[0], w[1], eps=EPSILON)
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.LayerNormalization(epsilon=EPSILON)
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         names = [g.const(w[0], "ln_gamma"), g.const(w[1], "ln_beta")]
         return g.op("LayerNormalization", [xs[0], *names], axis=-1, epsilon=EPSILON)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from app.schemas.graph.base import TensorType, Variable
+from app.schemas.graph.kits import T, TorchKit
 from app.schemas.graph.ops._recurrent import Recurrent, gate_blocks
 
 ONNX_ORDER = (0, 3, 1, 2)  # Keras' i, f, c, o as ONNX's i, o, f, c
@@ -26,7 +27,7 @@ class LSTM(Recurrent):
     def bias(self, xs: list[TensorType]) -> Variable:
         return Variable("bias", (4 * self.units,), "forget_bias")
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         # PyTorch's own LSTM kernel (oneDNN's on a CPU) on these very tensors: its gates are
         # Keras' i, f, c, o in the same order, and its cell computes the same c and h. It
         # keeps a second bias, the recurrent one, here zeros. A loop of cells in Python (the
@@ -38,7 +39,7 @@ class LSTM(Recurrent):
         out, _, _ = t.torch.lstm(x, (zeros, zeros), params, True, 1, 0.0, training, False, True)
         return out if self.return_sequences else out[:, -1]
 
-    def onnx_weights(self, w: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def onnx_weights(self, w: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         u = self.units
         kernel, recurrent, bias = (gate_blocks(a, ONNX_ORDER, u) for a in w)
         biases = np.concatenate([bias, np.zeros_like(bias)])  # [Wb, Rb]: Keras has one

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
 
-from app.schemas.graph.base import Op, TensorType
+from app.schemas.graph.base import KerasKit, Op, TensorType
+from app.schemas.graph.kits import K, KerasLayer, OnnxKit, T, TorchKit
 
 
 class Reshape(Op):
@@ -30,12 +31,12 @@ class Reshape(Op):
             )
         return TensorType(tuple(self.shape), x.tokens, x.vocab)
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         return xs[0].reshape(xs[0].shape[0], *self.shape)
 
-    def keras_layer(self, k: Any, xs: list[TensorType]) -> Any:
+    def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:
         return k.layers.Reshape(tuple(self.shape))
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         target = g.const(np.array([-1, *self.shape], np.int64), "shape")
         return g.op("Reshape", [xs[0], target])

@@ -4,34 +4,38 @@ over a sequence, with learned positions."""
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, NamedTuple
+from typing import Generic, Literal, NamedTuple, TypeVar
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from app.schemas.graph.base import Op, TensorType, Variable, bias, kernel
+from app.schemas.graph.base import KerasKit, Op, TensorType, Variable, bias, kernel
+from app.schemas.graph.kits import K, OnnxKit, T, TorchKit
 from app.schemas.graph.ops.layer_norm import EPSILON
 
+V = TypeVar("V")
 
-class Block(NamedTuple):
-    """The block's variables in order (after `positions`, when it has them)."""
 
-    query_kernel: Any
-    query_bias: Any
-    key_kernel: Any
-    key_bias: Any
-    value_kernel: Any
-    value_bias: Any
-    output_kernel: Any
-    output_bias: Any
-    ln1_gamma: Any
-    ln1_beta: Any
-    ff1_kernel: Any
-    ff1_bias: Any
-    ff2_kernel: Any
-    ff2_bias: Any
-    ln2_gamma: Any
-    ln2_beta: Any
+class Block(NamedTuple, Generic[V]):
+    """The block's variables in order (after `positions`, when it has them), each a V: a
+    back-end's tensor or an array."""
+
+    query_kernel: V
+    query_bias: V
+    key_kernel: V
+    key_bias: V
+    value_kernel: V
+    value_bias: V
+    output_kernel: V
+    output_bias: V
+    ln1_gamma: V
+    ln1_beta: V
+    ff1_kernel: V
+    ff1_bias: V
+    ff2_kernel: V
+    ff2_bias: V
+    ln2_gamma: V
+    ln2_beta: V
 
 
 class TransformerEncoder(Op):
@@ -109,20 +113,20 @@ class TransformerEncoder(Op):
         scores = self.heads * s * s if framework == "tensorflow" else 0
         return int(1.5 * s * f + 3.5 * s * d) + scores
 
-    def _split(self, w: list[Any]) -> tuple[Any, Block]:
+    def _split(self, w: list[V]) -> tuple[V | None, Block[V]]:
         """(positions or None, the block's variables)."""
         if self.positions:
             return w[0], Block(*w[1:])
         return None, Block(*w)
 
-    def torch_forward(self, t: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         positions, b = self._split(w)
         F, x = t.F, xs[0]
         if positions is not None:
             x = x + positions
         steps = x.shape[1]
 
-        def heads(kern: Any, offset: Any) -> Any:  # (N, S, D) -> (N, heads, S, head_dim)
+        def heads(kern: T, offset: T) -> T:  # (N, S, D) -> (N, heads, S, head_dim)
             y = F.linear(x, kern.t(), offset)
             return y.reshape(-1, steps, self.heads, self.head_dim).transpose(1, 2)
 
@@ -136,14 +140,14 @@ class TransformerEncoder(Op):
         h = F.linear(h, b.ff2_kernel.t(), b.ff2_bias)
         return F.layer_norm(x + h, (self.dim,), b.ln2_gamma, b.ln2_beta, eps=EPSILON)
 
-    def keras_forward(self, k: Any, w: list[Any], xs: list[Any], training: bool) -> Any:
+    def keras_forward(self, k: KerasKit[K], w: list[K], xs: list[K], training: bool) -> K:
         positions, b = self._split(w)
         o, x = k.ops, xs[0]
         if positions is not None:
             x = x + positions
         steps = x.shape[1]
 
-        def heads(kern: Any, offset: Any, perm: tuple[int, ...]) -> Any:
+        def heads(kern: K, offset: K, perm: tuple[int, ...]) -> K:
             y = o.reshape(o.matmul(x, kern) + offset, (-1, steps, self.heads, self.head_dim))
             return o.transpose(y, perm)
 
@@ -158,14 +162,14 @@ class TransformerEncoder(Op):
         h = o.matmul(h, b.ff2_kernel) + b.ff2_bias
         return o.layer_normalization(x + h, b.ln2_gamma, b.ln2_beta, epsilon=EPSILON)
 
-    def onnx(self, g: Any, xs: list[str], w: list[Any], types: list[TensorType]) -> str:
+    def onnx(self, g: OnnxKit, xs: list[str], w: list[np.ndarray], types: list[TensorType]) -> str:
         positions, b = self._split(w)
         steps, x = types[0].shape[0], xs[0]
         if positions is not None:
             x = g.op("Add", [x, g.const(positions, "positions")])
         split = g.const(np.array([-1, steps, self.heads, self.head_dim], np.int64), "heads")
 
-        def heads(kern: Any, offset: Any, perm: list[int]) -> str:
+        def heads(kern: np.ndarray, offset: np.ndarray, perm: list[int]) -> str:
             y = g.op("Reshape", [_dense(g, x, kern, offset), split])
             return g.op("Transpose", [y], perm=perm)
 
@@ -183,11 +187,11 @@ class TransformerEncoder(Op):
         return _norm(g, g.op("Add", [x, h]), b.ln2_gamma, b.ln2_beta)
 
 
-def _dense(g: Any, x: str, kern: np.ndarray, offset: np.ndarray) -> str:
+def _dense(g: OnnxKit, x: str, kern: np.ndarray, offset: np.ndarray) -> str:
     """x @ kernel + bias over the last axis, in ONNX."""
     return g.op("Add", [g.op("MatMul", [x, g.const(kern, "kernel")]), g.const(offset, "bias")])
 
 
-def _norm(g: Any, x: str, gamma: np.ndarray, beta: np.ndarray) -> str:
+def _norm(g: OnnxKit, x: str, gamma: np.ndarray, beta: np.ndarray) -> str:
     names = [g.const(gamma, "ln_gamma"), g.const(beta, "ln_beta")]
     return g.op("LayerNormalization", [x, *names], axis=-1, epsilon=EPSILON)
