@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -35,6 +35,10 @@ import yaml
 from benchmarks.training.common import DATA_DIR, fashion_arrays
 from benchmarks.training.image_folder import folder_names, write_image_folder
 from benchmarks.training.suite import bench
+
+if TYPE_CHECKING:
+    from app.schemas.job_spec import JobSpec
+    from app.storage.base import Store
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "residual-fashion-mnist.yaml"
 AUGMENT = [{"op": "random_crop", "size": 28, "padding": 4}, {"op": "flip_horizontal"}]
@@ -58,8 +62,9 @@ TINY = Sizes(images=300, loader_epochs=2, model_steps=3, train_epochs=2, train_r
 
 
 def write_and_ingest(root: Path, dataset: str, images: int) -> float:
-    """The first `images` training images as JPEG files under root/<dataset>/, ingested into
-    the directory store at root/store as the data set `dataset`; the seconds the ingest took."""
+    """A seeded sample of `images` training images as JPEG files under root/<dataset>/,
+    ingested into the directory store at root/store as the data set `dataset`; the seconds
+    the ingest took."""
     from app.schemas.job_spec import CLASS_NAMES
     from app.shards import dataset_prefix
     from app.shards.ingest import ingest_file
@@ -78,7 +83,7 @@ def write_and_ingest(root: Path, dataset: str, images: int) -> float:
     return time.perf_counter() - began
 
 
-def spec_of(dataset: str, epochs: int, limit: int | None = None) -> Any:
+def spec_of(dataset: str, epochs: int, limit: int | None = None) -> JobSpec:
     """The residual CNN of examples/ on the data set, with augmentation; no held-out split
     (the folder's order is by class, so the last ids would all be one class)."""
     from app.schemas.job_spec import JobSpec
@@ -89,7 +94,7 @@ def spec_of(dataset: str, epochs: int, limit: int | None = None) -> Any:
     return JobSpec.model_validate(body)
 
 
-def loader_rate(store: Any, dataset: str, epochs: int) -> float:
+def loader_rate(store: Store, dataset: str, epochs: int) -> float:
     """Prepared training batches per second, times the batch size, over the epochs after the
     first: the stream's batches normalized, augmented and made tensors, as a step takes them."""
     import torch
@@ -110,7 +115,7 @@ def loader_rate(store: Any, dataset: str, epochs: int) -> float:
     return samples / (time.perf_counter() - began)
 
 
-def model_rate(store: Any, dataset: str, steps: int) -> float:
+def model_rate(store: Store, dataset: str, steps: int) -> float:
     """Training steps of the example's network per second, times the batch size: one
     prepared batch, stepped on again and again (the input costs nothing)."""
     import torch
@@ -134,7 +139,7 @@ def model_rate(store: Any, dataset: str, steps: int) -> float:
     return steps * n / seconds
 
 
-def first_batch_seconds(store: Any, dataset: str) -> float:
+def first_batch_seconds(store: Store, dataset: str) -> float:
     """From opening the data set (its index, the normalization's statistics) to the first
     prepared training batch."""
     from worker.training.data.stream import Position
@@ -152,7 +157,7 @@ def first_batch_seconds(store: Any, dataset: str) -> float:
     return seconds
 
 
-def training_run(store: Any, dataset: str, epochs: int, rows: int) -> dict[str, float]:
+def training_run(store: Store, dataset: str, epochs: int, rows: int) -> dict[str, float]:
     """A short real run (run_attempt): samples/s and the input wait's share of the epoch,
     medians over the epochs after the first."""
     from worker.child.attempt import run_attempt
