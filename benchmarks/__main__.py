@@ -1,7 +1,8 @@
-"""`python -m benchmarks [--quick] [--only NAME]`, NAME one of training, streamed, checkpoints,
-architectures, hand_written, warm_start, service or gang: every benchmark, baselines measured in
-the same run. Training speed against the seeds; a streamed data set against the same data in
-memory; a checkpoint's cost on the training path with an S3 store against the default one; the
+"""`python -m benchmarks [--quick] [--only NAME]`, NAME one of training, streamed, image_loader,
+checkpoints, architectures, hand_written, warm_start, service or gang: every benchmark, baselines
+measured in the same run. Training speed against the seeds; a streamed data set against the same
+data in memory; the streaming loader of a folder of JPEG files against the residual CNN it feeds;
+a checkpoint's cost on the training path with an S3 store against the default one; the
 graph models' accuracy; the PyTorch graph model's speed against the same network written by
 hand; a warm-started fine-tune against the same graph from scratch; the service's own costs
 (the gang among them), or the gang's alone (a 2-node job against one node's one and two
@@ -17,6 +18,7 @@ from benchmarks.training import (
     architectures,
     checkpoint_cost,
     hand_written,
+    image_loader,
     streamed,
     suite,
     warm_start,
@@ -28,8 +30,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 epochs, 1 run: a smoke test")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
-    only = ["training", "streamed", "checkpoints", "architectures", "hand_written", "warm_start"]
-    only += ["service", "gang"]
+    only = ["training", "streamed", "image_loader", "checkpoints", "architectures"]
+    only += ["hand_written", "warm_start", "service", "gang"]
     parser.add_argument("--only", choices=only, default=None)
     args = parser.parse_args()
     epochs, runs = (2, 1) if args.quick else (args.epochs, args.runs)
@@ -39,6 +41,9 @@ def main() -> None:
         suite.print_table(rows, epochs, runs)
     if args.only in (None, "streamed"):
         streamed.print_table(streamed.run(epochs, runs), epochs, runs)
+    if args.only in (None, "image_loader"):
+        images = image_loader.TINY if args.quick else image_loader.FULL
+        image_loader.print_table(image_loader.run(images), images)
     if args.only in (None, "checkpoints"):
         cp_epochs = min(epochs, 3)  # a checkpoint each epoch: a few show the per-epoch cost
         checkpoint_cost.print_table(checkpoint_cost.run(cp_epochs, runs), cp_epochs, runs)

@@ -30,25 +30,31 @@ def folder_names(names: tuple[str, ...]) -> list[str]:
     ]
 
 
-def write_png_folder(x: np.ndarray, y: np.ndarray, names: list[str], root: Path) -> int:
-    """Each image x[i] (H, W) uint8 as root/<names[y[i]]>/<i>.png; how many were written."""
+def write_image_folder(
+    x: np.ndarray, y: np.ndarray, names: list[str], root: Path, suffix: str = ".png"
+) -> int:
+    """Each image x[i] (H, W) uint8 as root/<names[y[i]]>/<i><suffix> (.png, or .jpg at
+    JPEG quality 90); how many were written."""
+    options = {"quality": 90} if suffix == ".jpg" else {"optimize": False}
     for name in names:
         (root / name).mkdir(parents=True, exist_ok=True)
     for i, (image, label) in enumerate(zip(x, y, strict=True)):
-        Image.fromarray(image).save(root / names[int(label)] / f"{i:05d}.png", optimize=False)
+        Image.fromarray(image).save(root / names[int(label)] / f"{i:05d}{suffix}", **options)
     return len(x)
 
 
-def write_fashion_mnist(out: Path, limit: int | None = None) -> dict[str, int]:
-    """OUT/train and OUT/test from the IDX files (the first `limit` images of each); the
-    number of images each holds."""
+def write_fashion_mnist(
+    out: Path, limit: int | None = None, suffix: str = ".png"
+) -> dict[str, int]:
+    """OUT/train and OUT/test from the IDX files (the first `limit` images of each), as
+    `suffix` files; the number of images each holds."""
     files = find_idx("fashion_mnist", DATA_DIR)
     names = folder_names(CLASS_NAMES["fashion_mnist"])
     written = {}
     for split, prefix in (("train", "train"), ("test", "t10k")):
         x = read_idx(files[f"{split}/{prefix}-images-idx3-ubyte"])[:limit]
         y = read_idx(files[f"{split}/{prefix}-labels-idx1-ubyte"])[:limit]
-        written[split] = write_png_folder(x, y, names, out / split)
+        written[split] = write_image_folder(x, y, names, out / split, suffix)
     return written
 
 
