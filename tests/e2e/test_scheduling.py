@@ -234,6 +234,7 @@ def estimate_and_start(service: Service, client: httpx.Client, running: str, que
     )
 
 
+@pytest.mark.timeout(900)  # up to three tries of two jobs of ~24 epochs, on a loaded box
 def test_the_estimated_start_behind_a_running_job_is_within_a_quarter(
     service: Service, client: httpx.Client
 ) -> None:
