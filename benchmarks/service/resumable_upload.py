@@ -1,13 +1,16 @@
 """upload_*: a data set sent as a resumable upload, cut off halfway and finished by a rerun
 (epochal_client.resumable, over HTTP to a live API and worker): the bytes sent again after the
-cut, whether the checksum matched, the upload's pace, the completion (the server reading the
-whole file for its sha256) and the ingest into shards. 2 GB in the full run, 256 MB with
---quick; the file is an .npz of uint8 rows written beside the service's home.
+cut and those the rerun sent, whether the checksum matched, the upload's pace, the completion
+(the server reading the whole file for its sha256), the ingest into shards, and the API's peak
+resident memory (each part is held whole once; the file never is). 2 GiB in the full run,
+256 MiB with --quick, any size with --upload-size; the file is an .npz of uint8 rows written a
+block at a time in a temporary folder, removed at the end.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.service.report import Report
+from benchmarks.service.stack import bench_env, running
 from epochal_client.client import Client
 from epochal_client.resumable import UploadFields, sha256_of, upload
 
@@ -40,6 +45,26 @@ def write_npz(path: Path, size: int) -> None:
     path.with_suffix(".x.npy").unlink()
 
 
+def peak_rss_bytes(pgid: int) -> int:
+    """The largest peak resident set (VmHWM) among the live processes of group `pgid` (the
+    API's uvicorn master and workers)."""
+    peak = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            status = Path(entry.path, "status").read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]) * 1024)
+    return peak
+
+
 def _wait_settled(client: Client, dataset_id: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -50,9 +75,17 @@ def _wait_settled(client: Client, dataset_id: str, timeout: float) -> dict[str, 
     raise TimeoutError(f"data set {dataset_id} still ingesting after {timeout} s")
 
 
-def measure(url: str, api_key: str, size: int) -> dict[str, float]:
-    """Upload a file of `size` bytes, cut at half, resumed; what each stage took."""
+def measure(url: str, api_key: str, size: int, api_pgid: int) -> dict[str, float]:
+    """Upload a file of `size` bytes, cut at half, resumed; what each stage took, and the peak
+    resident memory of the API (process group `api_pgid`)."""
     folder = Path(tempfile.mkdtemp(prefix="epochal-bench-upload-"))
+    try:
+        return _measure(url, api_key, folder, size, api_pgid)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _measure(url: str, api_key: str, folder: Path, size: int, api_pgid: int) -> dict[str, float]:
     path = folder / "big.npz"
     write_npz(path, size)
     total = path.stat().st_size
@@ -81,10 +114,11 @@ def measure(url: str, api_key: str, size: int) -> dict[str, float]:
         shown = _wait_settled(client, dataset["id"], timeout=3600)
         ingest_s = time.perf_counter() - started
     checksum = sha256_of(path)
-    path.unlink()
     return {
         "bytes": float(total),
         "resent_bytes": float(held_at_cut - resumed_from[0]),
+        "rerun_sent_bytes": float(total - resumed_from[0]),
+        "api_peak_rss_mib": peak_rss_bytes(api_pgid) / 2**20,
         "checksum_ok": float(shown["checksum"] == checksum),
         "ready": float(shown["status"] == "ready"),
         "send_mb_per_s": total / 2**20 / (first_s + second_s),
@@ -92,3 +126,19 @@ def measure(url: str, api_key: str, size: int) -> dict[str, float]:
         "ingest_s": ingest_s,
         "rows": float(shown["rows"] or 0),
     }
+
+
+def bench_upload(report: Report, quick: bool, size: int | None = None) -> None:
+    size = size or (256 * 2**20 if quick else 2 * 2**30)
+    with bench_env("postgres") as env, running(env, worker=True) as service:
+        api_pgid = service.processes["api"].pid  # its session leader: master and workers
+        result = measure(service.url, service.api_key, size, api_pgid)
+    setup = f"{result['bytes'] / 2**30:.3g} GiB .npz, cut at half, rerun; PostgreSQL, one worker"
+    report.add("upload_resent_bytes", result["resent_bytes"], "B", f"after the cut; {setup}")
+    report.add("upload_rerun_sent_bytes", result["rerun_sent_bytes"], "B", "the rerun's parts")
+    report.add("upload_checksum_ok", result["checksum_ok"], "", "sha256 as announced")
+    report.add("upload_ready", result["ready"], "", "the data set's status after the ingest")
+    report.add("upload_send_mb_per_s", result["send_mb_per_s"], "MiB/s", "both runs, with sha256")
+    report.add("upload_and_complete_s", result["upload_and_complete_s"], "s", setup)
+    report.add("upload_ingest_s", result["ingest_s"], "s", f"to ready, {result['rows']:.0f} rows")
+    report.add("upload_api_peak_rss_mib", result["api_peak_rss_mib"], "MiB", "VmHWM, largest")
