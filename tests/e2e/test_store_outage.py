@@ -5,9 +5,10 @@ Redis, the API and a worker on it.
   Retry-After (no traceback, nothing recorded), and once the store is back `epochal datasets
   upload` run again sends the rest from the offset the server holds; the checksum matches and
   the data set becomes ready.
-- A job whose store dies mid-job, staying down for 30 s: training goes on, the job succeeds
-  once the store is back, the latest checkpoint is whole and names the last epoch, and after
-  the cleaner's round no multipart upload is open and no prefix lacks its manifest.
+- A job whose store dies in the middle of a checkpoint's multipart upload and stays down for
+  30 s: training goes on, the job succeeds once the store is back, the latest checkpoint is
+  whole and names the last epoch, and after the cleaner's round no multipart upload is open
+  and no prefix lacks its manifest.
 """
 
 from __future__ import annotations
@@ -47,12 +48,14 @@ pytestmark = pytest.mark.e2e
 
 PART = 8 * 2**20  # the client's part size
 OUTAGE_SECONDS = 30.0
-EPOCHS = 16  # a few tenths of a second an epoch: several train while the store is down
+EPOCHS = 12  # about a second an epoch: several train while the store is down
+# 4.3 M weights: a checkpoint (weights and Adam's two moments) of ~50 MB, a multipart upload
+# of several parts that takes long enough to be killed in the middle of.
 JOB: dict[str, Any] = {
     "framework": "pytorch",
-    "dataset": {"name": "synthetic", "samples": 4000, "features": 32},
-    "model": {"hidden_units": [64]},
-    "training": {"epochs": EPOCHS, "batch_size": 16},
+    "dataset": {"name": "synthetic", "samples": 1000, "features": 32},
+    "model": {"hidden_units": [2048, 2048]},
+    "training": {"epochs": EPOCHS, "batch_size": 50},
 }
 
 
@@ -200,7 +203,10 @@ def test_a_store_down_30s_mid_job_the_job_trains_on_and_its_checkpoints_land(
     with service.client() as http:
         job_id = http.post("/v1/jobs", json=JOB).json()["id"]
         wait_until(lambda: len(metric_attempts(service, job_id)) >= 2, 120, "epoch 2's row")
-        restarted.kill()  # mid-job: a checkpoint upload may be in flight
+        wait_until(
+            lambda: store.list_uploads(f"{job_id}/"), 60, "a checkpoint's upload", interval=0.02
+        )
+        restarted.kill()  # mid-upload: its parts half sent, the upload left open
         at_kill = len(metric_attempts(service, job_id))
         time.sleep(OUTAGE_SECONDS)
         # Training went on without the store (the attempt then waits for it to put the model).
