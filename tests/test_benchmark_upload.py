@@ -1,7 +1,7 @@
-"""The resumable-upload benchmark end to end on a tiny file (three parts of the client's): the
-runner offers it as `--only upload --upload-size MIB`, the rerun sends only what the cut left,
-the checksum matches, the data set becomes ready, and the API's peak memory is reported. No
-timing is asserted."""
+"""The resumable-upload benchmark end to end on a tiny file (three parts of the client's), on the
+directory store and on SeaweedFS: the runner offers it as `--only upload --upload-size MIB
+--upload-store S`, the rerun sends only what the cut left, the checksum matches, the data set
+becomes ready, and the API's peak memory is reported. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -17,16 +17,19 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.m
 MIB = 20  # parts of 8, 8 and 4 MiB: cut at the second part's end, the rerun sends the third
 
 
-def test_a_tiny_upload_cut_at_half_resumes_from_the_servers_offset() -> None:
+@pytest.mark.parametrize("store", ["directory", "s3"])
+def test_a_tiny_upload_cut_at_half_resumes_from_the_servers_offset(store: str) -> None:
+    argv = ["--only", "upload", "--upload-size", str(MIB), "--upload-store", store]
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.service", "--only", "upload", "--upload-size", str(MIB)],
+        [sys.executable, "-m", "benchmarks.service", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    found = _bench_lines(out.stdout)
+    tag = "_s3" if store == "s3" else ""
+    found = {name.removesuffix(tag): value for name, value in _bench_lines(out.stdout).items()}
     total = MIB * 2**20
     assert found["upload_resent_bytes"] == 0
     assert 0 < found["upload_rerun_sent_bytes"] < total / 2  # only the tail after the cut

@@ -265,6 +265,7 @@ def run(
     only: str | None = None,
     kinds: tuple[str, ...] = KINDS,
     upload_size: int | None = None,
+    upload_store: str = "directory",
 ) -> Report:
     """Every service benchmark (or one), BENCH lines as results arrive; the report.
 
@@ -285,7 +286,7 @@ def run(
         "flood": lambda: bench_flood(report, quick),
         "scheduler": lambda: bench_scheduler(report, quick),
         "gang": lambda: bench_gang(report, quick),
-        "upload": lambda: bench_upload(report, quick, upload_size),
+        "upload": lambda: bench_upload(report, quick, upload_size, upload_store),
     }
     for name in STEPS:
         if only in (None, name):
@@ -301,10 +302,12 @@ def main() -> None:
     parser.add_argument(
         "--upload-size", type=int, default=None, help="the upload step's file, in MiB"
     )
+    parser.add_argument("--upload-store", choices=("directory", "s3"), default="directory")
     args = parser.parse_args()
     print(f"machine: {machine()}", flush=True)
     size = args.upload_size * 2**20 if args.upload_size else None
-    report = run(args.quick, args.only, (args.db,) if args.db else KINDS, size)
+    kinds = (args.db,) if args.db else KINDS
+    report = run(args.quick, args.only, kinds, size, args.upload_store)
     print()
     print(report.table(f"epochal service benchmarks ({machine()})"))
 

@@ -13,6 +13,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from benchmarks.service.report import Report
 from benchmarks.service.stack import bench_env, running
 from epochal_client.client import Client
 from epochal_client.resumable import UploadFields, sha256_of, upload
+from tests.storage_server import BUCKET, CREDENTIALS, start_seaweed
 
 ROW_BYTES = 4096
 
@@ -128,17 +131,50 @@ def _measure(url: str, api_key: str, folder: Path, size: int, api_pgid: int) -> 
     }
 
 
-def bench_upload(report: Report, quick: bool, size: int | None = None) -> None:
+@contextmanager
+def store_settings(store: str) -> Iterator[dict[str, str]]:
+    """The service's store: {} for the directory (the default); for `s3`, a SeaweedFS of the
+    run's own on loopback (tests.storage_server), removed after."""
+    if store != "s3":
+        yield {}
+        return
+    folder = Path(tempfile.mkdtemp(prefix="epochal-bench-s3-"))
+    server = start_seaweed(folder / "data")
+    try:
+        yield {
+            "EPOCHAL_STORE_URL": f"s3://{BUCKET}/bench",
+            "EPOCHAL_STORE_ENDPOINT": server.endpoint,
+            "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"),
+            **CREDENTIALS,
+        }
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def bench_upload(
+    report: Report, quick: bool, size: int | None = None, store: str = "directory"
+) -> None:
     size = size or (256 * 2**20 if quick else 2 * 2**30)
-    with bench_env("postgres") as env, running(env, worker=True) as service:
+    with (
+        store_settings(store) as stored,
+        bench_env("postgres") as env,
+        running(env | stored, worker=True) as service,
+    ):
         api_pgid = service.processes["api"].pid  # its session leader: master and workers
         result = measure(service.url, service.api_key, size, api_pgid)
-    setup = f"{result['bytes'] / 2**30:.3g} GiB .npz, cut at half, rerun; PostgreSQL, one worker"
-    report.add("upload_resent_bytes", result["resent_bytes"], "B", f"after the cut; {setup}")
-    report.add("upload_rerun_sent_bytes", result["rerun_sent_bytes"], "B", "the rerun's parts")
-    report.add("upload_checksum_ok", result["checksum_ok"], "", "sha256 as announced")
-    report.add("upload_ready", result["ready"], "", "the data set's status after the ingest")
-    report.add("upload_send_mb_per_s", result["send_mb_per_s"], "MiB/s", "both runs, with sha256")
-    report.add("upload_and_complete_s", result["upload_and_complete_s"], "s", setup)
-    report.add("upload_ingest_s", result["ingest_s"], "s", f"to ready, {result['rows']:.0f} rows")
-    report.add("upload_api_peak_rss_mib", result["api_peak_rss_mib"], "MiB", "VmHWM, largest")
+    tag = "_s3" if store == "s3" else ""
+    setup = f"{result['bytes'] / 2**30:.3g} GiB .npz, cut at half, rerun; PostgreSQL, {store}"
+    for name, unit, note in (
+        ("resent_bytes", "B", f"after the cut; {setup}"),
+        ("rerun_sent_bytes", "B", "the rerun's parts"),
+        ("checksum_ok", "", "sha256 as announced"),
+        ("ready", "", "the data set's status after the ingest"),
+        ("send_mb_per_s", "MiB/s", "both runs, with sha256"),
+        ("upload_and_complete_s", "s", setup),
+        ("ingest_s", "s", f"to ready, {result['rows']:.0f} rows"),
+        ("api_peak_rss_mib", "MiB", "VmHWM, largest"),
+    ):
+        figure = name if name.startswith("upload_") else f"upload_{name}"
+        report.add(f"{figure}{tag}", result[name], unit, note)
