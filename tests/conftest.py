@@ -47,6 +47,7 @@ SLOW_MODULES = (
     "tests/e2e/test_multi_device.py",
     "tests/e2e/test_scheduling.py",
     "tests/e2e/test_store_workers.py",
+    "tests/e2e/test_store_outage.py",
     "tests/worker/training/test_warm_start.py",
     "tests/worker/training/test_memory_estimate.py",
     "tests/worker/training/test_sequences.py",
@@ -62,6 +63,7 @@ SLOW_MODULES = (
     "tests/e2e/test_bigger_than_memory.py",
     "tests/test_benchmark_warm_start.py",
     "tests/test_benchmark_image_loader.py",
+    "tests/test_benchmark_upload.py",
 )
 # Every worker the tests start finds its box measured, with the answer of a box never measured
 # (a small TensorFlow step on one thread), so no worker spends half a minute measuring and

@@ -68,6 +68,7 @@ class SeaweedServer:
     folder: Path
     process: subprocess.Popen[str]
     endpoint: str
+    ports: dict[str, int]
     output: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=200), repr=False
     )
@@ -84,6 +85,16 @@ class SeaweedServer:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
+
+    def restart(self) -> None:
+        """Start it again on its folder and ports, as after a crash: what it had stored stays."""
+        self.kill()
+        for _ in range(3):  # a port of a killed listener may take a moment to be free again
+            server = _launch(self.folder, self.ports)
+            if server.process.poll() is None:
+                self.process, self.output = server.process, server.output
+                return
+        pytest.fail("weed mini did not start again:\n" + "\n".join(server.output))
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -102,14 +113,16 @@ def start_seaweed(folder: Path, bucket: str = BUCKET) -> SeaweedServer:
         if server.process.poll() is None:
             server.client().create_bucket(Bucket=bucket)
             return server
+        shutil.rmtree(folder, ignore_errors=True)
         if not any("Port allocation failed" in line for line in server.output):
             break
     pytest.fail("weed mini did not start:\n" + "\n".join(server.output))
 
 
-def _launch(folder: Path) -> SeaweedServer:
-    """`weed mini` on free loopback ports, once it is ready or has ended (stopped, then)."""
-    ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
+def _launch(folder: Path, ports: dict[str, int] | None = None) -> SeaweedServer:
+    """`weed mini` on `ports` (free loopback ones if None), once it is ready or has ended
+    (stopped, then)."""
+    ports = ports or dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
     argv = [
         weed_binary(),
         "mini",
@@ -132,11 +145,11 @@ def _launch(folder: Path) -> SeaweedServer:
         env=os.environ | CREDENTIALS,  # weed mini makes these its S3 user's keys
         start_new_session=True,
     )
-    server = SeaweedServer(folder, process, f"http://127.0.0.1:{ports['s3.port']}")
+    server = SeaweedServer(folder, process, f"http://127.0.0.1:{ports['s3.port']}", ports)
     ready = threading.Event()
     threading.Thread(target=_drain, args=(server, ready), daemon=True).start()
     if not ready.wait(scaled(90)) or process.poll() is not None:
-        server.stop()
+        server.kill()  # its folder kept: a restart's holds what the store had
     return server
 
 

@@ -136,6 +136,14 @@ def _sha256_of(store: Store, key: str) -> str:
     return digest.hexdigest()
 
 
+def _joined(store: Store, key: str, total_bytes: int) -> bool:
+    """Whether the store holds the upload's whole file at `key`."""
+    try:
+        return store.head(key).size == total_bytes
+    except ObjectNotFound:
+        return False
+
+
 def complete(session: Session, store: Store, row: DatasetUpload) -> Dataset:
     """Join the parts, verify the checksum, and make the data set (status ingesting) in the
     upload's place. A mismatch deletes what was sent: the file must be sent again.
@@ -145,7 +153,7 @@ def complete(session: Session, store: Store, row: DatasetUpload) -> Dataset:
     the store's upload closed, or the row gone."""
     if row.received_bytes != row.total_bytes:
         raise OffsetConflict(row.received_bytes, row.total_bytes)
-    upload_id, expected = row.id, row.sha256
+    upload_id, expected, total = row.id, row.sha256, row.total_bytes
     parts = [PartInfo(number, etag) for number, etag, _ in row.parts]
     row.updated_at = utcnow()  # not expired while it is read
     store_key, store_upload_id = row.store_key, row.store_upload_id
@@ -153,8 +161,14 @@ def complete(session: Session, store: Store, row: DatasetUpload) -> Dataset:
     try:
         store.complete_upload(store_key, store_upload_id, parts)
     except ObjectNotFound as exc:
-        raise UploadError(409, "this upload is being completed by another request") from exc
-    got = _sha256_of(store, store_key)
+        # Joined already: by another request, or by one whose answer the store's death (or
+        # the API's) lost. A whole file in the store is checked as one joined here.
+        if not _joined(store, store_key, total):
+            raise UploadError(409, "this upload is being completed by another request") from exc
+    try:
+        got = _sha256_of(store, store_key)
+    except ObjectNotFound as exc:  # another request found a mismatch and deleted it
+        raise UploadError(409, "this upload was completed by another request") from exc
     held = session.get(DatasetUpload, upload_id, with_for_update=True)
     if held is None:
         raise UploadError(409, "this upload was completed by another request")

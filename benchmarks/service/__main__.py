@@ -17,7 +17,6 @@ from benchmarks.service import (
     overhead,
     polling,
     predict,
-    resumable_upload,
     scheduler,
     sse,
     warm_import,
@@ -25,6 +24,7 @@ from benchmarks.service import (
 from benchmarks.service.pruning import bench_pruning
 from benchmarks.service.queued_read import bench_queued_read
 from benchmarks.service.report import Report
+from benchmarks.service.resumable_upload import bench_upload
 from benchmarks.service.stack import bench_env, running
 from benchmarks.service.sweeps import bench_sweeps
 
@@ -260,19 +260,13 @@ STEPS = (
 )
 
 
-def bench_upload(report: Report, quick: bool) -> None:
-    size = 256 * 2**20 if quick else 2 * 10**9
-    with bench_env("postgres") as env, running(env, worker=True) as service:
-        result = resumable_upload.measure(service.url, service.api_key, size)
-    setup = f"{result['bytes'] / 1e9:.2f} GB .npz, cut at half, rerun; PostgreSQL, one worker"
-    report.add("upload_resent_bytes", result["resent_bytes"], "B", f"after the cut; {setup}")
-    report.add("upload_checksum_ok", result["checksum_ok"], "", "sha256 as announced")
-    report.add("upload_send_mb_per_s", result["send_mb_per_s"], "MiB/s", "both runs, with sha256")
-    report.add("upload_and_complete_s", result["upload_and_complete_s"], "s", setup)
-    report.add("upload_ingest_s", result["ingest_s"], "s", f"to ready, {result['rows']:.0f} rows")
-
-
-def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) -> Report:
+def run(
+    quick: bool,
+    only: str | None = None,
+    kinds: tuple[str, ...] = KINDS,
+    upload_size: int | None = None,
+    upload_store: str = "directory",
+) -> Report:
     """Every service benchmark (or one), BENCH lines as results arrive; the report.
 
     `kinds` narrows the polling and SSE steps to one database.
@@ -292,7 +286,7 @@ def run(quick: bool, only: str | None = None, kinds: tuple[str, ...] = KINDS) ->
         "flood": lambda: bench_flood(report, quick),
         "scheduler": lambda: bench_scheduler(report, quick),
         "gang": lambda: bench_gang(report, quick),
-        "upload": lambda: bench_upload(report, quick),
+        "upload": lambda: bench_upload(report, quick, upload_size, upload_store),
     }
     for name in STEPS:
         if only in (None, name):
@@ -305,9 +299,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--only", choices=STEPS, default=None)
     parser.add_argument("--db", choices=KINDS, default=None, help="polling and sse on one only")
+    parser.add_argument(
+        "--upload-size", type=int, default=None, help="the upload step's file, in MiB"
+    )
+    parser.add_argument("--upload-store", choices=("directory", "s3"), default="directory")
     args = parser.parse_args()
     print(f"machine: {machine()}", flush=True)
-    report = run(args.quick, args.only, (args.db,) if args.db else KINDS)
+    size = args.upload_size * 2**20 if args.upload_size else None
+    kinds = (args.db,) if args.db else KINDS
+    report = run(args.quick, args.only, kinds, size, args.upload_store)
     print()
     print(report.table(f"epochal service benchmarks ({machine()})"))
 

@@ -20,13 +20,13 @@ from sqlalchemy import update
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.domain.tables import Dataset, Worker, utcnow
+from app.domain.tables import Dataset, DatasetUpload, Worker, utcnow
 from app.services import ingest_lease
 from app.services.dataset_ingest import run_ingest
 from app.services.maintenance import clean_store
 from app.shards import IndexMissing, dataset_prefix, read_index
 from app.storage import get_store
-from app.storage.base import MIN_PART_BYTES
+from app.storage.base import MIN_PART_BYTES, PartInfo
 from tests.conftest import make_key
 
 
@@ -118,6 +118,25 @@ def test_a_checksum_mismatch_is_422_and_discards_the_upload(client: TestClient) 
     assert done.status_code == 422 and "sha256" in done.json()["detail"]
     assert client.get(f"/v1/datasets/uploads/{upload['id']}").status_code == 404
     assert client.get("/v1/datasets").json()["items"] == []
+
+
+def test_an_upload_the_store_joined_before_the_answer_was_lost_completes(
+    client: TestClient,
+) -> None:
+    """The store joined the parts, then died (or the API did) before the request answered: the
+    next completion finds the upload closed and the file whole, and checks its sha256."""
+    content = npz_bytes(rows=20, width=8)
+    upload = announce(client, content)
+    assert send(client, upload["id"], content, 0, len(content)).status_code == 200
+    with session_scope() as session:
+        row = session.get(DatasetUpload, upload["id"])
+        assert row is not None
+        parts = [PartInfo(number, etag) for number, etag, _ in row.parts]
+        get_store().complete_upload(row.store_key, row.store_upload_id, parts)
+    done = client.post(f"/v1/datasets/uploads/{upload['id']}/complete")
+    assert done.status_code == 201, done.text
+    assert done.json()["checksum"] == hashlib.sha256(content).hexdigest()
+    assert client.get(f"/v1/datasets/uploads/{upload['id']}").status_code == 404
 
 
 def test_parts_are_checked_against_the_announced_size(client: TestClient) -> None:
