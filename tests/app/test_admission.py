@@ -153,17 +153,17 @@ def test_a_submit_builds_its_model_once(
     import numpy as np
     import yaml
 
-    from app.schemas import job_spec
+    from app.schemas import spec_graph
     from tests.app.test_datasets import npz, upload
 
     builds: list[int] = []
-    real = job_spec.build
+    real = spec_graph.build
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         builds.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(job_spec, "build", counted)
+    monkeypatch.setattr(spec_graph, "build", counted)
     residual = yaml.safe_load((ROOT / "examples" / "residual-fashion-mnist.yaml").read_text())
     x = np.zeros((200, 28, 28, 1), np.uint8)  # an image data set: channels last
     dataset_id = upload(client, npz(x=x, y=np.arange(200) % 10)).json()["id"]
