@@ -175,7 +175,9 @@ def concat_bomb(concats: int = 6, copies: int = 8) -> dict[str, Any]:
 def export_random_weights(job_dir: Path, spec: dict[str, Any], row_shape: tuple[int, ...]) -> None:
     """model.onnx and model-card.json as the worker writes them for this spec (its exporter,
     the graph built for the rows), with random weights instead of trained ones."""
-    from app.schemas.job_spec import JobSpec, built_model, model_input
+    from app.schemas.dataset_spec import model_input
+    from app.schemas.job_spec import JobSpec
+    from app.schemas.spec_graph import built_model
     from worker.training.onnx_export import build_onnx
 
     job = JobSpec.model_validate(spec)

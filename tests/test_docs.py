@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from app.schemas.dataset_spec import input_shape_and_classes, model_input
 from app.schemas.graph import OPS
-from app.schemas.job_spec import JobSpec, built_model, input_shape_and_classes, model_input
+from app.schemas.job_spec import JobSpec
+from app.schemas.spec_graph import built_model
 from epochal_client.cli import load_spec
 from tools.spec_reference import PAGES, rewrite
 

@@ -14,7 +14,9 @@ from app.core.db import get_engine, session_scope
 from app.domain import crud
 from app.domain.sweeps import create_sweep
 from app.domain.tables import Job, Sweep
-from app.schemas.job_spec import JobSpec, built_model, model_input
+from app.schemas.dataset_spec import model_input
+from app.schemas.job_spec import JobSpec
+from app.schemas.spec_graph import built_model
 
 BEFORE = "0017_job_memory_estimate"
 GRAPH = {

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from app.schemas import job_spec
+from app.schemas import dataset_spec, graph, job_spec
 from app.schemas.graph import OPS, Op
 from app.schemas.job_spec import JobSpec
 
@@ -104,10 +104,19 @@ def _default(model: type[BaseModel] | None, field: str, prop: dict[str, Any]) ->
     return f"`{json.dumps(prop.get('default'))}`"
 
 
+def _spec_model(name: str) -> type[BaseModel] | None:
+    """The spec's model class a schema component is named after, from the module defining it."""
+    for module in (job_spec, dataset_spec, graph):
+        model = getattr(module, name, None)
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model
+    return None
+
+
 def _section(
     name: str, schema: dict[str, Any], title: str = "", skip: tuple[str, ...] = ()
 ) -> Iterator[str]:
-    model = OPS.get(OP_OF_SCHEMA.get(name, "")) or getattr(job_spec, name, None)
+    model = OPS.get(OP_OF_SCHEMA.get(name, "")) or _spec_model(name)
     required = set(schema.get("required", []))
     rows = [(f, p) for f, p in schema.get("properties", {}).items() if f not in skip]
     yield f"#### {title or name}\n"

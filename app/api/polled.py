@@ -9,7 +9,7 @@ or percent-encoded parameter, a cursor this API did not make, a job that is not 
 to the FastAPI route, which answers with the status and error shape it always has; a database
 that cannot serve the read gets the route's 503 (app.api.errors). The metrics and list routes
 build their answers here; GET /v1/jobs/{id}'s route keeps its models (the ORM job, JobPublic)
-and the fast path writes the same bytes from plain rows (tests/app/test_polled.py and
+and the fast path writes the same bytes from plain rows (tests/app/api/test_polled.py and
 test_polled_job.py compare them).
 """
 

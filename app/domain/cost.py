@@ -25,8 +25,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.schemas.dataset_spec import BUILTIN_SHAPES, model_input
 from app.schemas.graph import BuiltGraph
-from app.schemas.job_spec import BUILTIN_SHAPES, JobSpec, built_model, model_input
+from app.schemas.job_spec import JobSpec
+from app.schemas.spec_graph import built_model
 
 FLOAT32 = 4
 RUNTIME_BYTES = 512 * 2**20  # the framework's own libraries and allocator, per process

@@ -17,7 +17,9 @@ from app.domain.states import ACTIVE, JobStatus
 from app.domain.sweep_space import edge_values
 from app.domain.tables import ApiKey, Dataset, DatasetUpload, Job
 from app.schemas.augment import IN_MEMORY, augment_problem
-from app.schemas.job_spec import JobSpec, check_model_for_data, model_input
+from app.schemas.dataset_spec import model_input
+from app.schemas.job_spec import JobSpec
+from app.schemas.spec_graph import check_model_for_data
 from app.schemas.sweep import SweepSpec
 
 UNFINISHED = (JobStatus.queued, *ACTIVE)

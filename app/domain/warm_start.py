@@ -20,9 +20,10 @@ from app.domain.keys import Caller, caller_of
 from app.domain.states import JobStatus
 from app.domain.tables import Job
 from app.schemas.continuation import ContinueRequest
+from app.schemas.dataset_spec import class_labels
 from app.schemas.graph import BuiltGraph, BuiltNode, GraphError
 from app.schemas.graph.model import HEAD
-from app.schemas.job_spec import JobSpec, class_labels
+from app.schemas.job_spec import JobSpec
 
 LOC = ("body", "init")
 

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from app.schemas.job_spec import DatasetSpec, JobSpec
+from app.schemas.dataset_spec import DatasetSpec
+from app.schemas.job_spec import JobSpec
 from app.schemas.strict import StrictModel
 
 

@@ -11,136 +11,30 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     ConfigDict,
-    Discriminator,
     Field,
     PrivateAttr,
-    Tag,
     ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from app.schemas.augment import (
-    IN_MEMORY,
-    AugmentStep,
-    augmented_shape,
-    image_shape,
-    prediction_problem,
-)
-from app.schemas.graph import (
-    BuiltGraph,
-    CNNSpec,
-    GraphError,
-    GraphSpec,
-    MLPSpec,
-    TensorType,
-    build,
-)
+from app.schemas.augment import augmented_shape
+from app.schemas.dataset_spec import DatasetSpec, input_shape_and_classes, model_input
+from app.schemas.graph import MLPSpec
 from app.schemas.monitor import Mode
 from app.schemas.optimizers import DEFAULT as DEFAULT_OPTIMIZER
 from app.schemas.optimizers import OPTIMIZERS, OptimizerSpec
 from app.schemas.priority import PRIORITY_DEFAULT, PRIORITY_MAX, PRIORITY_MIN
 from app.schemas.schedules import LRSchedulerSpec
+from app.schemas.spec_graph import Builds, ModelSpec, check_model_for_data
 from app.schemas.strict import StrictModel
 from app.schemas.warm_start import ContinuesField, InitSpec
 
 Framework = Literal["pytorch", "tensorflow"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)  # the back-ends, for code outside the spec
 Task = Literal["classification", "regression"]
-BuiltinDataset = Literal["fashion_mnist", "mnist", "digits", "synthetic"]
-
-# (input shape, classes) of the built-in data sets; synthetic is sized by its own fields.
-BUILTIN_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
-    "fashion_mnist": ((28, 28), 10),
-    "mnist": ((28, 28), 10),
-    "digits": ((8, 8), 10),
-}
-# The names of the built-in data sets' classes, by index (the others' classes are their digits).
-CLASS_NAMES: dict[str, tuple[str, ...]] = {
-    "fashion_mnist": (
-        "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-    ),
-}  # fmt: skip
-MAX_PARAMETERS = 50_000_000
-MAX_FLOPS_PER_SAMPLE = 200_000_000_000
 MAX_NODES = 16  # workers one job may span (a gang)
-
-
-class DatasetSpec(StrictModel):
-    """Which data, how it is split and normalized."""
-
-    name: BuiltinDataset | None = Field(None, description="A built-in data set; or give `id`.")
-    id: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9-]+$",
-        description="An uploaded data set (POST /v1/datasets).",
-    )
-    version: str | None = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9]+$",
-        description="With `id`: the data set's version (its content hash) the job must train "
-        "on; a job naming another is refused.",
-    )
-    validation_split: float = Field(0.1, ge=0.0, le=0.5, description="Fraction held out, by seed.")
-    normalize: Literal["unit", "standard", "none"] = Field(
-        "unit", description="unit: /255 (or /16 for digits); standard: train mean/std; none."
-    )
-    limit: int | None = Field(None, ge=10, le=10_000_000, description="Use the first N samples.")
-    stream_ram_mb: int | None = Field(
-        None,
-        ge=16,
-        le=1_048_576,
-        description="a sharded data set: at most this much reader memory (MiB) below the "
-        "worker's EPOCHAL_STREAM_RAM_BYTES",
-    )
-    samples: int | None = Field(None, ge=10, le=2_000_000, description="synthetic only")
-    features: int | None = Field(None, ge=1, le=4096, description="synthetic only")
-    classes: int | None = Field(None, ge=2, le=1000, description="synthetic only")
-    augment: list[AugmentStep] = Field(
-        default_factory=list,
-        max_length=16,
-        description="Image augmentation steps, in order, on each training batch (by `op`).",
-    )
-
-    @model_validator(mode="after")
-    def _one_source(self) -> DatasetSpec:
-        if (self.name is None) == (self.id is None):
-            raise ValueError("give exactly one of dataset.name (built-in) or dataset.id (upload)")
-        if self.version is not None and self.id is None:
-            raise ValueError("dataset.version applies to a data set named by dataset.id")
-        synthetic_fields = [f for f in ("samples", "features", "classes") if getattr(self, f)]
-        if synthetic_fields and self.name != "synthetic":
-            raise ValueError(f"{', '.join(synthetic_fields)} only apply to the synthetic data set")
-        if self.augment and self.name == "synthetic":
-            image_shape((self.features or 32,))  # refused: rows of features are no images
-        if self.augment and self.name in BUILTIN_SHAPES:
-            shape = BUILTIN_SHAPES[self.name][0]
-            augmented_shape(self.augment, shape)  # the sizes first: the most precise error
-            raise ValueError(
-                prediction_problem(self.augment, shape) or IN_MEMORY.format(what=self.name)
-            )
-        return self
-
-
-def _model_type(value: Any) -> str:
-    """`type` may be left out: an MLP is the default model."""
-    if isinstance(value, dict):
-        return str(value.get("type", "mlp"))
-    return str(getattr(value, "type", "mlp"))
-
-
-ModelSpec = Annotated[
-    Annotated[MLPSpec, Tag("mlp")]
-    | Annotated[CNNSpec, Tag("cnn")]
-    | Annotated[GraphSpec, Tag("graph")],
-    Discriminator(_model_type),
-]
 
 
 class TrainingSpec(StrictModel):
@@ -355,12 +249,6 @@ def _check_task_and_data(spec: JobSpec) -> None:
         )
 
 
-def class_labels(spec: JobSpec, classes: int) -> list[Any]:
-    """Each class's label, by index: its name when the data set names them, else the index."""
-    names = CLASS_NAMES.get(spec.dataset.name or "", ())
-    return list(names) if len(names) == classes else list(range(classes))
-
-
 def monitor_names(spec: JobSpec) -> set[str]:
     """The metric names a monitor may watch for this spec."""
     metric = "accuracy" if spec.task == "classification" else "mae"
@@ -426,58 +314,6 @@ def _check_nodes(spec: JobSpec) -> None:
         )
 
 
-def input_shape_and_classes(spec: JobSpec) -> tuple[tuple[int, ...], int] | None:
-    """Shape of one sample and the class count, when known without reading the data."""
-    ds = spec.dataset
-    if ds.name in BUILTIN_SHAPES:
-        return BUILTIN_SHAPES[ds.name]
-    if ds.name == "synthetic":
-        classes = 1 if spec.task == "regression" else (ds.classes or 10)
-        return (ds.features or 32,), classes
-    return None
-
-
-def model_input(
-    spec: JobSpec, sample_shape: tuple[int, ...], tokens: bool = False, vocab: int | None = None
-) -> TensorType:
-    """What the model's graph reads: one sample, channels last. The built-in image data sets
-    (stored as (H, W)) enter as (H, W, 1); every other data set as it is stored."""
-    if spec.dataset.name in BUILTIN_SHAPES and len(sample_shape) == 2:
-        sample_shape = (*sample_shape, 1)
-    return TensorType(tuple(sample_shape), tokens, vocab)
-
-
-class Builds:
-    """The graphs built for one spec object, by input and output width, each with the model
-    it was built from: the validator's build serves the data-set check, admission and the
-    stored summary of the same request. Not part of the spec's value: any two compare equal
-    (pydantic compares private attributes). Bounded by the inputs one spec is built for."""
-
-    def __init__(self) -> None:
-        self.graphs: dict[tuple[TensorType, int], tuple[object, BuiltGraph]] = {}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Builds)
-
-
-def built_model(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGraph:
-    """The job's model as a graph built for its data (head included); GraphError if not.
-    Built once per spec object and input: a copy with another model builds its own."""
-    graphs = spec._builds.graphs
-    found = graphs.get((x, outputs))
-    if found is not None and found[0] is spec.model:
-        return found[1]
-    graph = build(spec.model.graph(x), x, outputs)
-    graphs[(x, outputs)] = (spec.model, graph)
-    return graph
-
-
-def count_parameters(model: ModelSpec, sample_shape: tuple[int, ...], outputs: int) -> int:
-    """Trainable parameters of the model the spec describes (same count in both back-ends)."""
-    x = TensorType(tuple(sample_shape))
-    return build(model.graph(x), x, outputs).parameters
-
-
 def _check_model_fits(spec: JobSpec) -> None:
     """A model that does not fit its built-in data is an error at `model` (naming the node)."""
     known = input_shape_and_classes(spec)
@@ -492,24 +328,3 @@ def _check_model_fits(spec: JobSpec) -> None:
         error = PydanticCustomError("value_error", "{message}", {"message": message})
         details = [InitErrorDetails(type=error, loc=("model",), input=None)]
         raise ValidationError.from_exception_data("JobSpec", details) from None
-
-
-def check_model_for_data(spec: JobSpec, x: TensorType, outputs: int) -> BuiltGraph:
-    """Raise ValueError when the model cannot take this input or is too large; else the built
-    graph (its summary is the job's model_summary)."""
-    try:
-        graph = built_model(spec, x, outputs)
-    except GraphError as exc:
-        raise ValueError(f"model: {exc}") from None
-    parameters = graph.parameters + graph.frozen_parameters  # frozen ones are held too
-    if parameters > MAX_PARAMETERS:
-        raise ValueError(
-            f"the model has {parameters:,} parameters; the limit is {MAX_PARAMETERS:,} "
-            f"(the largest, {graph.heaviest('parameters')})"
-        )
-    if graph.flops_per_sample > MAX_FLOPS_PER_SAMPLE:
-        raise ValueError(
-            f"the model costs {graph.flops_per_sample:,} FLOPs per sample; "
-            f"the limit is {MAX_FLOPS_PER_SAMPLE:,} (the largest, {graph.heaviest('flops')})"
-        )
-    return graph

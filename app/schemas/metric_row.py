@@ -5,7 +5,7 @@ pass); the training loop names each one `score_field(split, score)`, so the trai
 `train_loss` from the loop through the table and the API to the client, and adds the epoch's
 own measures. The table's columns, the API's MetricRow, the sink, the live events and the
 sweep objectives take their fields from here; the client, which cannot import the server,
-mirrors ROW_FIELDS in epochal_client.types.MetricRow (tests/app/test_client_unit.py holds
+mirrors ROW_FIELDS in epochal_client.types.MetricRow (tests/client/test_client_unit.py holds
 them equal).
 """
 

@@ -5,7 +5,7 @@ JobSpec.model_validate of a stored spec checks every field and builds the model'
 place for it is where a job is started, continued or warm-started from. The reads polled most
 (a job, a page of jobs, the scheduler's estimates, the queue's expiry) need a few fields: they
 read them through `stored`, whose TypedDict names those fields, so mypy checks each key read;
-tests/app/test_stored_spec.py checks each key and type here against JobSpec, so a renamed
+tests/app/schemas/test_stored_spec.py checks each key and type here against JobSpec, so a renamed
 field fails there. A sweep's refused trial stores its spec as drawn, which may not validate,
 but over the base's (app.services.trial_rows): the fields read here are there too.
 """

@@ -69,7 +69,9 @@ def spec_of(network: str) -> dict:
 
 def graph_model(body: dict) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The model and optimizer as worker.training.torch.backend builds them for the spec."""
-    from app.schemas.job_spec import JobSpec, built_model, model_input
+    from app.schemas.dataset_spec import model_input
+    from app.schemas.job_spec import JobSpec
+    from app.schemas.spec_graph import built_model
     from worker.training.init import initial_weights
     from worker.training.torch.graph import KIT, GraphModule
 

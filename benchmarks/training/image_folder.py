@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from app.schemas.job_spec import CLASS_NAMES
+from app.schemas.dataset_spec import CLASS_NAMES
 from benchmarks.training.common import DATA_DIR
 from worker.training.data.idx import find_idx, read_idx
 

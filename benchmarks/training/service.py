@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from app.schemas.job_spec import DatasetSpec
+from app.schemas.dataset_spec import DatasetSpec
 from benchmarks.training.common import SAMPLES
 from tests.helpers import migrate_in_subprocess, running_service
 

@@ -122,7 +122,7 @@ class MetricRow:
     """One finished epoch; values that were not finite are None.
 
     The client's one definition of the metrics row (the server's is app.schemas.metric_row,
-    which the client cannot import; tests/app/test_client_unit.py holds the two equal). A
+    which the client cannot import; tests/client/test_client_unit.py holds the two equal). A
     split's score is the field `score_field(split, score)`: `train_loss`, `val_accuracy`, …"""
 
     epoch: int

@@ -150,7 +150,7 @@ def test_dashboard_submits_streams_the_curve_and_cancels(service: Service, page:
 def test_a_succeeded_jobs_page_draws_the_confusion_matrix(service: Service, page: Any) -> None:
     from playwright.sync_api import expect
 
-    from app.schemas.job_spec import CLASS_NAMES
+    from app.schemas.dataset_spec import CLASS_NAMES
 
     with service.client() as http:
         dataset = {"name": "fashion_mnist", "limit": 1000, "validation_split": 0.1}

@@ -77,7 +77,7 @@ def test_a_revoked_keys_open_stream_ends_within_seconds(
     db_env: dict[str, str], api: TestClient
 ) -> None:
     """Issue 25: a live stream checked its key at open only and outlived `keys revoke`."""
-    from tests.app.test_stream_guard import Stream, own_job
+    from tests.app.api.test_stream_guard import Stream, own_job
 
     key_id, key = create(db_env, "streamer")
     stream = Stream(api, key, own_job(api, key))  # the job stays queued: no end of its own

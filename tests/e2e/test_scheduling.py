@@ -28,7 +28,8 @@ SETTINGS = {
     # what the other did: under load the same tiny job takes 1 s warm or 11 s when its
     # training process starts cold, and GPU-seconds alone would rightly let the key whose job
     # was quick go again. Here the real worker's claims are checked to follow the scheduler's
-    # turns; the ordering by measured usage is tests/app/test_scheduler.py's (set durations).
+    # turns; the ordering by measured usage is tests/app/scheduler/test_scheduler.py's (set
+    # durations).
     "EPOCHAL_FAIR_SHARE_TOLERANCE": "20",
 }
 TINY: dict[str, Any] = {"dataset": {"name": "digits"}, "training": {"epochs": 2}}

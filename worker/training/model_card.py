@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from app.domain.job_files import CARD_FILE, ONNX_FILE
-from app.schemas.job_spec import JobSpec, class_labels
+from app.schemas.dataset_spec import class_labels
+from app.schemas.job_spec import JobSpec
 from worker.training.backend import Backend
 from worker.training.data import Splits
 from worker.training.data.streamed import REPORT_ROWS

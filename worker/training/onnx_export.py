@@ -21,10 +21,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from app.schemas.dataset_spec import model_input
 from app.schemas.graph import INPUT as GRAPH_INPUT
 from app.schemas.graph import BuiltGraph
 from app.schemas.graph.kits import OnnxKit, OnnxValue
-from app.schemas.job_spec import JobSpec, built_model, model_input
+from app.schemas.job_spec import JobSpec
+from app.schemas.spec_graph import built_model
 
 OPSET = 17
 IR_VERSION = 8  # what opset 17 came with: every onnxruntime that runs opset 17 loads it

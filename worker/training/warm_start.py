@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from app.domain.job_files import WEIGHTS_FILE, JobFiles, latest_pointer
+from app.schemas.dataset_spec import model_input
 from app.schemas.graph import BuiltGraph
-from app.schemas.job_spec import JobSpec, built_model, model_input
+from app.schemas.job_spec import JobSpec
+from app.schemas.spec_graph import built_model
 from worker.training.backend import Backend
 from worker.training.checkpoint import latest_checkpoint
 from worker.training.data import Splits

@@ -22,7 +22,8 @@ from app.core.config import get_settings
 from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles, job_key
 from app.domain.states import JobStatus
 from app.domain.tables import Dataset, Job
-from app.schemas.job_spec import JobSpec, input_shape_and_classes
+from app.schemas.dataset_spec import input_shape_and_classes
+from app.schemas.job_spec import JobSpec
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic
 from app.storage import get_store
 from app.storage.base import ObjectInfo, ObjectNotFound

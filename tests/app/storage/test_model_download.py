@@ -17,7 +17,7 @@ from app.core.config import get_settings
 from app.domain.states import JobStatus
 from app.storage.registry import get_store
 from epochal_client import Client
-from tests.app.test_artifacts import job_with_files
+from tests.app.api.test_artifacts import job_with_files
 from tests.conftest import make_key
 from tests.helpers import clear_caches, free_port, scaled
 from tests.storage_server import BUCKET, SeaweedServer

@@ -19,7 +19,7 @@ from app.services.maintenance import clean_store
 from app.storage.base import Store
 from app.storage.checkpoint_sets import CheckpointSets, checkpoint_name
 from app.storage.registry import get_store
-from tests.app.test_artifacts import job_with_files
+from tests.app.api.test_artifacts import job_with_files
 from tests.conftest import make_key
 from tests.helpers import clear_caches
 from tests.storage_server import BUCKET, SeaweedServer

@@ -15,7 +15,8 @@ import onnx
 import pytest
 
 from app.domain.job_files import CARD_FILE, ONNX_FILE, JobFiles
-from app.schemas.job_spec import JobSpec, class_labels
+from app.schemas.dataset_spec import class_labels
+from app.schemas.job_spec import JobSpec
 from tests.worker.training.inprocess import EMPTY_DATA_DIR, backend_for, make_spec, run_spec
 from worker.training.data import load_raw, load_splits
 from worker.training.model_card import ExportError, evaluate, export_onnx

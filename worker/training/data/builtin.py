@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.schemas.job_spec import DatasetSpec
+from app.schemas.dataset_spec import DatasetSpec
 from worker.training.data.idx import cached_idx, find_idx
 from worker.training.data.types import DataError, RawData
 

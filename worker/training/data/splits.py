@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.schemas.job_spec import JobSpec, input_shape_and_classes
+from app.schemas.dataset_spec import input_shape_and_classes
+from app.schemas.job_spec import JobSpec
 from worker.training.data.types import DataError, RawData, Splits
 
 

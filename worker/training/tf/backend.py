@@ -20,7 +20,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from app.domain.job_files import MODEL_FILES  # noqa: E402
-from app.schemas.job_spec import JobSpec, built_model, model_input  # noqa: E402
+from app.schemas.dataset_spec import model_input  # noqa: E402
+from app.schemas.job_spec import JobSpec  # noqa: E402
+from app.schemas.spec_graph import built_model  # noqa: E402
 from worker.training.backend import Placement, TrainedEpoch  # noqa: E402
 from worker.training.callbacks import Logs, TrainState  # noqa: E402
 from worker.training.data import Splits, epoch_order, global_steps  # noqa: E402

@@ -18,7 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from app.domain.job_files import MODEL_FILES
-from app.schemas.job_spec import JobSpec, built_model, model_input
+from app.schemas.dataset_spec import model_input
+from app.schemas.job_spec import JobSpec
+from app.schemas.spec_graph import built_model
 from worker.training.backend import Placement, TrainedEpoch
 from worker.training.callbacks import Logs, TrainState
 from worker.training.data import Splits, epoch_order, epoch_seed, global_steps

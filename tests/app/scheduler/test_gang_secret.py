@@ -13,7 +13,7 @@ from app.core.db import session_scope
 from app.domain.keys import create_key
 from app.domain.tables import Job
 from app.scheduler import gang
-from tests.app.test_gang import add_worker, claim, new_job, stopped
+from tests.app.scheduler.test_gang import add_worker, claim, new_job, stopped
 
 
 def secrets_of(job_id: str) -> list[str | None]:

@@ -447,7 +447,8 @@ def test_show_gives_each_warning_of_the_result_a_row() -> None:
 
 
 def test_show_names_fashion_mnists_classes() -> None:
-    from app.schemas.job_spec import CLASS_NAMES, JobSpec, class_labels
+    from app.schemas.dataset_spec import CLASS_NAMES, class_labels
+    from app.schemas.job_spec import JobSpec
 
     fashion = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "fashion_mnist"}})
     digits = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "digits"}})

@@ -15,7 +15,7 @@ from app.core.config import get_settings
 from app.core.db import get_engine
 from app.services.event_push import APPLICATION_NAME, PgListener, push_for
 from app.services.live_events import Cursor, Event, EventHub, read_new_events
-from tests.app.test_events import claim, collect, epoch, finish, label, new_job
+from tests.app.services.test_events import claim, collect, epoch, finish, label, new_job
 from tests.helpers import run_async, scaled
 
 NO_POLL = 600.0  # seconds: longer than any test waits, so only a wake-up delivers an event

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.config import get_settings
-from tests.app.test_datasets import images, npz, stored_files, upload
+from tests.app.api.test_datasets import images, npz, stored_files, upload
 from tests.conftest import make_key
 
 

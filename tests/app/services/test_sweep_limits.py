@@ -23,7 +23,7 @@ from app.schemas.job_spec import JobSpec
 from app.schemas.sweep import SweepSpec
 from app.services import sweeps
 from tests import hostile
-from tests.app.test_datasets import images, npz, upload
+from tests.app.api.test_datasets import images, npz, upload
 from tests.conftest import make_key
 
 Client = Callable[[str], TestClient]

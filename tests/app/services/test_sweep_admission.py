@@ -24,7 +24,7 @@ from app.domain.tables import Job, Sweep
 from app.schemas.sweep import SweepSpec
 from app.services import sweeps
 from tests import hostile
-from tests.app.test_sweep_limits import RATE, Client, clients, fields, sweep, sweep_jobs
+from tests.app.services.test_sweep_limits import RATE, Client, clients, fields, sweep, sweep_jobs
 from tests.conftest import make_key
 
 __all__ = ["clients"]  # the fixture, shared with test_sweep_limits

@@ -4,7 +4,6 @@ and both numbers; the limit is the setting or the largest live worker's advertis
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,12 +12,12 @@ from sqlalchemy import update
 
 from app.core.db import session_scope
 from app.domain.tables import Worker
-from tests.app.test_cost import REPRO
+from tests.app.domain.test_cost import REPRO
 from tests.conftest import make_key
+from tests.helpers import ROOT
 from worker.supervisor.heartbeat import beat
 
 GB = 10**9
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -132,7 +131,7 @@ def test_an_upload_is_costed_from_its_row(
     import numpy as np
 
     from app.core.config import get_settings
-    from tests.app.test_datasets import npz, upload
+    from tests.app.api.test_datasets import npz, upload
 
     x = np.zeros((5000, 28, 28), np.uint8)  # 3.9 MB stored, ~20 MB once loaded as float32
     dataset_id = upload(client, npz(x=x, y=np.arange(5000) % 10)).json()["id"]
@@ -153,17 +152,17 @@ def test_a_submit_builds_its_model_once(
     import numpy as np
     import yaml
 
-    from app.schemas import job_spec
-    from tests.app.test_datasets import npz, upload
+    from app.schemas import spec_graph
+    from tests.app.api.test_datasets import npz, upload
 
     builds: list[int] = []
-    real = job_spec.build
+    real = spec_graph.build
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         builds.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(job_spec, "build", counted)
+    monkeypatch.setattr(spec_graph, "build", counted)
     residual = yaml.safe_load((ROOT / "examples" / "residual-fashion-mnist.yaml").read_text())
     x = np.zeros((200, 28, 28, 1), np.uint8)  # an image data set: channels last
     dataset_id = upload(client, npz(x=x, y=np.arange(200) % 10)).json()["id"]

@@ -19,7 +19,7 @@ from app.api.upload_gate import UPLOADS
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain.keys import revoke
-from tests.app.test_datasets import images, npz
+from tests.app.api.test_datasets import images, npz
 from tests.conftest import make_key
 from tests.helpers import wait_until
 

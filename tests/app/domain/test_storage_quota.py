@@ -19,7 +19,7 @@ from app.domain.job_files import JobFiles
 from app.domain.keys import Caller
 from app.domain.tables import Job
 from app.schemas.job_spec import JobSpec
-from tests.app.test_datasets import images, npz
+from tests.app.api.test_datasets import images, npz
 from tests.conftest import make_key
 
 SPEC = {"framework": "pytorch", "dataset": {"name": "digits"}, "model": {"hidden_units": [512]}}

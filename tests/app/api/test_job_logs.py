@@ -18,7 +18,7 @@ from app.domain.job_files import JobFiles
 from app.domain.job_log import MAX_LINE_CHARS, MAX_TAIL_BYTES, MAX_TAIL_LINES
 from app.domain.states import ErrorCode
 from app.domain.tables import MemberLogLine
-from tests.app.test_auth import BODY, auth
+from tests.app.api.test_auth import BODY, auth
 from tests.conftest import make_key
 
 

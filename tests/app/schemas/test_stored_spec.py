@@ -12,8 +12,9 @@ from pydantic import BaseModel, TypeAdapter
 
 from app.schemas.job_spec import SPEC_EXAMPLE, JobSpec
 from app.schemas.stored_spec import Shown, StoredSpec, shown
+from tests.helpers import ROOT
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 def _models(annotation: Any) -> list[type[BaseModel]]:

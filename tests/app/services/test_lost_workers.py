@@ -8,7 +8,7 @@ from app.domain import crud
 from app.domain.states import JobStatus
 from app.domain.tables import Worker
 from app.services.maintenance import reap_lost_workers
-from tests.app.test_crud import claim, expire_lease, new_job, status_of
+from tests.app.domain.test_crud import claim, expire_lease, new_job, status_of
 from worker.supervisor.heartbeat import register, set_current_job
 
 

@@ -14,7 +14,7 @@ from app.core.db import session_scope
 from app.domain import sweeps as rows
 from app.schemas.sweep import SweepSpec
 from app.services import sweep_study, sweeps
-from tests.app.test_sweeps import run_trial, sweep_body
+from tests.app.services.test_sweeps import run_trial, sweep_body
 
 HYPERBAND = {"name": "hyperband", "min_epochs": 1, "params": {"reduction_factor": 3}}
 

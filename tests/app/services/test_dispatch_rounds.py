@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app.services import maintenance
-from tests.app.test_maintenance import messages, new_job, reconcile, stored
+from tests.app.services.test_maintenance import messages, new_job, reconcile, stored
 from tests.helpers import clear_caches, free_port
 
 

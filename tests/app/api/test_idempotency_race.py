@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from app.core.db import session_scope
 from app.domain.tables import Job
-from tests.app.test_auth import BODY, auth
+from tests.app.api.test_auth import BODY, auth
 from tests.conftest import make_key
 
 SUBMITS = 30

@@ -8,8 +8,8 @@ import pytest
 
 from app.domain.tables import EpochMetric
 from app.schemas.api import MetricRow
+from app.schemas.dataset_spec import DatasetSpec
 from app.schemas.ids import ID_CHARS, ID_MAX_LENGTH, is_id
-from app.schemas.job_spec import DatasetSpec
 from app.schemas.metric_row import METRIC_FIELDS, ROW_FIELDS, monitored
 from app.schemas.sweep import OBJECTIVE_FIELDS
 

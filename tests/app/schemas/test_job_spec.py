@@ -8,13 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.schemas.job_spec import (
-    SPEC_EXAMPLE,
-    JobSpec,
-    built_model,
-    count_parameters,
-    model_input,
-)
+from app.schemas.dataset_spec import model_input
+from app.schemas.job_spec import SPEC_EXAMPLE, JobSpec
+from app.schemas.spec_graph import built_model, count_parameters
 
 MINIMAL = {"framework": "pytorch", "dataset": {"name": "digits"}}
 

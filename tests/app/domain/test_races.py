@@ -62,7 +62,7 @@ def test_the_storage_quota_holds_under_concurrent_uploads(
     """Room for two uploads, twenty at once: the check before parsing lets them all through
     side by side, the one at commit (the key's row locked) admits exactly two."""
     from app.domain.datasets import stored_bytes
-    from tests.app.test_datasets import images, npz, stored_files
+    from tests.app.api.test_datasets import images, npz, stored_files
 
     content = npz(**images(n=400))
     probe = client.post("/v1/datasets", files={"file": ("d.npz", content)})
