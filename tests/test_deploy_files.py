@@ -290,7 +290,7 @@ def handler(route: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def test_plain_http_stays_on_loopback_unless_bound_and_https_sets_hsts() -> None:
-    """Issue 25: under the tls profile the API's plain port was published on every interface
+    """Under the tls profile the API's plain port was published on every interface
     (unless EPOCHAL_API_BIND was set), and the Caddyfile set no Strict-Transport-Security."""
     for profile in ("tls", None):
         api = compose_config(profile=profile)["services"]["api"]

@@ -1,4 +1,4 @@
-"""Issue 25, attacks 1, 2 and 5 against a live API process (embedded default and PostgreSQL):
+"""Hostile load against a live API process (embedded default and PostgreSQL):
 upload bombs, sweep spaces that cost the server, and predictions that cost GFLOPs a row.
 
 While each attack runs, a second client asks `GET /healthz` and an authenticated

@@ -76,7 +76,7 @@ def test_create_list_revoke(db_env: dict[str, str], api: TestClient) -> None:
 def test_a_revoked_keys_open_stream_ends_within_seconds(
     db_env: dict[str, str], api: TestClient
 ) -> None:
-    """Issue 25: a live stream checked its key at open only and outlived `keys revoke`."""
+    """A live stream checked its key at open only and outlived `keys revoke`."""
     from tests.app.api.test_stream_guard import Stream, own_job
 
     key_id, key = create(db_env, "streamer")

@@ -1,4 +1,4 @@
-"""Issue 25: no answer names where the server keeps its files. A job's error, its transitions
+"""No answer names where the server keeps its files. A job's error, its transitions
 (on GET and in its event stream), its log and a predict 409 carried absolute paths of the data
 and artifacts directories (a library's message, a traceback); each is cut to the file's name.
 In-process, on both databases."""

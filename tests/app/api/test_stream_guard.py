@@ -1,4 +1,4 @@
-"""Issue 25: a live event stream ends soon after its key is revoked (checked at open only, it
+"""A live event stream ends soon after its key is revoked (checked at open only, it
 outlived the revocation), and one key holds at most EPOCHAL_MAX_STREAMS_PER_KEY streams open
 per API process (there was no bound). In-process, on both databases."""
 

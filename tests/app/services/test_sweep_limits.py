@@ -1,4 +1,4 @@
-"""Issue 25, items 2 to 4, in-process on both databases: a sweep's space is checked in bounded
+"""Sweep limits, in-process on both databases: a sweep's space is checked in bounded
 time and memory, a choice cannot name another key's upload, and trials count against the
 key's active-job limit and storage quota (the sweep waits, saying why, instead of failing)."""
 
