@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         # From now on `ps` shows what a cold child would show: the job id, attempt, threads.
         setproctitle(" ".join(child_argv(args.job_id, args.attempt, threads=args.threads)))
         # Only a one-node job gets a warm child (a gang's nodes start cold, their output
-        # already in their own log, JobFiles.member_log): its log is the job's.
+        # already in their own log, JobFiles.rank_log): its log is the job's.
         write_output_to(JobFiles.of(settings.resolved_artifacts_dir, args.job_id).log)
     else:
         started = float(os.environ.pop(SPAWNED_ENV, time.time()))

@@ -202,7 +202,7 @@ def _fresh_files(
 ) -> JobFiles:
     """This node's files for the attempt: its spec written, its last try's control files gone."""
     # The workers may share one artifacts directory: each node of a gang writes, clears and
-    # logs to files of its own (JobFiles.own, member_log), never rank 0's.
+    # logs to files of its own (JobFiles.own, rank_log), never rank 0's.
     files = JobFiles.of(settings.resolved_artifacts_dir, job_id, rank)
     files.own.mkdir(parents=True, exist_ok=True)
     write_whole(files.spec, spec.model_dump_json())
