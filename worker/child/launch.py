@@ -200,7 +200,7 @@ def wait_for_assignment(framework: str) -> Assignment:
     importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
     importlib.import_module("worker.child.train_attempt")
     importlib.import_module("worker.child.sinks").warm_connection()  # its connection and statements
-    with contextlib.suppress(ImportError):  # what a sweep's trial reports to, ~0.7 s
+    with contextlib.suppress(ImportError):  # what a sweep's trial reports to: a heavy import
         importlib.import_module("optuna")
     importlib.import_module("worker.training.onnx_export").preload()  # the job's last step
     importlib.import_module("worker.training.checkpoint_upload").preload()  # an S3 client
