@@ -252,3 +252,22 @@ def test_relative_links_point_to_existing_files_and_headings(doc: str) -> None:
         elif fragment and linked.suffix == ".md" and fragment not in anchors(page_text(linked)):
             broken.append(target)
     assert not broken, f"{doc}: {broken}"
+
+
+BENCHMARK_QUOTE = re.compile(r'docs/benchmarks\.md,\s*#?\s*"([^"]+)"')
+
+
+def test_code_that_points_to_the_benchmarks_names_a_heading_they_have() -> None:
+    """A comment that sends the reader to a figure names a heading of docs/benchmarks.md that
+    exists (a renamed section leaves no dangling pointer), never the old BENCHMARKS.md diary."""
+    headings = set(re.findall(r"^#+ (.+)$", (ROOT / "docs/benchmarks.md").read_text(), re.M))
+    quoted, stale = [], []
+    for path in sorted(
+        p for root in ("app", "worker", "client") for p in (ROOT / root).rglob("*.py")
+    ):
+        text = path.read_text()
+        stale += [str(path.relative_to(ROOT))] if "BENCHMARKS.md" in text else []
+        quoted += [(path.name, name) for name in BENCHMARK_QUOTE.findall(text)]
+    assert quoted, "the pattern finds the code's pointers"
+    assert not [q for q in quoted if q[1] not in headings], headings
+    assert not stale, f"point to docs/benchmarks.md instead: {stale}"

@@ -195,7 +195,8 @@ def _usage(path: str, command: Any) -> str:
             name = param.name.upper()
             parts.append(name if param.required else f"[{name}]")
         elif param.name != "help":
-            flag = max(param.opts, key=len)
+            # the first long name: an option's current name comes before the old one it keeps
+            flag = next((o for o in param.opts if o.startswith("--")), param.opts[0])
             value = "" if param.is_flag else " " + flag.lstrip("-").replace("-", "_").upper()
             parts.append(f"[{flag}{value}]" + ("…" if param.multiple else ""))
     return " ".join(parts)

@@ -1,11 +1,12 @@
 """TensorFlow's small-step thread count, measured once per machine when a worker starts.
 
-Which count wins depends on the CPU, not only on the step: of two 2-core VMs, one trained the
-seed's model faster on one intra-op thread, the other on two (BENCHMARKS.md, "TensorFlow's
-small step measured per machine"). TensorFlow fixes its pools when its runtime
-starts, so each count is timed in a process of its own (worker.training.tf.calibrate, the
-back-end's own step), and the faster one is written down for this CPU model, CPU count and
-TensorFlow version in the cache folder, which the TensorFlow back-end reads.
+Which count wins depends on the CPU, not only on the step: a second intra-op thread pays off
+only where a small op's work outweighs handing out its shards and waiting for both halves, and
+that balance moves with the CPU's cores and caches (the figures on two machine classes are in
+docs/benchmarks.md, "The worker"). TensorFlow fixes its pools when its runtime starts, so
+each count is timed in a process of its own (worker.training.tf.calibrate, the back-end's own
+step), and the faster one is written down for this CPU model, CPU count and TensorFlow version
+in the cache folder, which the TensorFlow back-end reads.
 
 The worker measures in the background, at idle priority, before its warm children import (they
 would share the CPU), and only where the machine's answer is missing. A job that comes meanwhile

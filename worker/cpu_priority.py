@@ -4,11 +4,11 @@ The next warm child starts when a job's child starts if the job leaves a CPU fre
 (worker.supervisor.standby, threads.spare_cpu), so its ~5 s of imports run beside the job's
 first epochs. On a CPU machine the job's PyTorch (OpenMP) threads
 then share the cores with it, and a thread that loses its core stalls the others at every
-step. Under SCHED_IDLE the import only takes CPU nothing else wants: a small digits job on two
-cores fitted in 1.9 s instead of 3.1 s (BENCHMARKS.md, "The warm child's import beside a
-running job"). Going back from SCHED_IDLE to normal priority needs
-CAP_SYS_NICE or an RLIMIT_NICE of 20 (a container: `ulimits: nice: 20`, docker-compose.yml);
-without either, the warm child imports at normal priority, as it always did.
+step. Under SCHED_IDLE the import only takes CPU nothing else wants, so the job's threads keep
+their cores while they have work (figures: docs/benchmarks.md, "The worker"). Going back from
+SCHED_IDLE to normal priority needs CAP_SYS_NICE or an RLIMIT_NICE of 20 (a container:
+`ulimits: nice: 20`, docker-compose.yml); without either, the warm child imports at normal
+priority.
 """
 
 from __future__ import annotations

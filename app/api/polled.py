@@ -1,6 +1,7 @@
 """The routes polled most, a job's metrics, a job list and one job: what they answer, and a fast
 path that answers a plainly valid request without FastAPI's routing, dependencies and parameter
-validation, which cost more CPU than the query itself (BENCHMARKS.md, "polling").
+validation, which cost more CPU than the query itself: each is Python run per request, where
+the query is one indexed read (figures: docs/benchmarks.md, "Submit latency and polling").
 
 The fast path answers only the success case: a GET with a key this process has read before
 (app.domain.keys caches its row for a second, then it is read again here), parameters that

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.core.db import rows_changed
+from app.domain import scheduler_stats
 from app.domain.admission import Admitted, admit
 from app.domain.cost import gigabytes
 from app.domain.datasets import lock_owner
@@ -22,7 +23,15 @@ from app.domain.job_reads import page_query
 from app.domain.keys import caller_of
 from app.domain.paging import encode_cursor
 from app.domain.redact import without_server_paths
-from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus, StopReason
+from app.domain.states import (
+    ACTIVE,
+    TERMINAL,
+    ErrorCode,
+    JobStatus,
+    RequeueCause,
+    StopReason,
+    requeue_reason,
+)
 from app.domain.tables import Job, JobTransition, Worker, utcnow
 from app.domain.usage import note_transition
 from app.schemas.job_spec import JobSpec
@@ -222,27 +231,32 @@ def finish_job(
     return False
 
 
-def requeue(session: Session, job: Job, reason: str) -> bool:
-    """Running -> queued for another attempt (the next claim bumps attempt).
+def requeue(session: Session, job: Job, cause: RequeueCause, detail: str | None = None) -> bool:
+    """Running -> queued for `cause` (its reason: states.requeue_reason); False when the job is
+    no longer this attempt's running one. A job being cancelled ends cancelled, never retried.
 
-    Only from running: a job being cancelled is finished as cancelled, never retried.
-    """
-    moved = rows_changed(
-        session,
-        update(Job)
-        .where(Job.id == job.id, Job.attempt == job.attempt, Job.status == JobStatus.running)
-        .values(
-            status=JobStatus.queued,
-            lease_expires_at=None,
-            worker_name=None,
-            dispatched_at=None,
-            preempted_by=None,  # a failed attempt: the next one is a new attempt
-            step_progress=None,
-        ),
-    )
-    if moved:
-        add_transition(session, job.id, job.status, JobStatus.queued, reason, job.attempt)
-    return bool(moved)
+    A preemption keeps `preempted_by`, so the next claim resumes the same attempt (and is
+    counted); any other cause clears it, so the next claim is a new attempt."""
+    preempted = cause == RequeueCause.preempted
+    fence = [Job.id == job.id, Job.attempt == job.attempt, Job.status == JobStatus.running]
+    values: dict[str, Any] = {
+        "status": JobStatus.queued,
+        "lease_expires_at": None,
+        "worker_name": None,
+        "dispatched_at": None,
+        "step_progress": None,
+    }
+    if preempted:
+        fence.append(Job.preempted_by.is_not(None))
+    else:
+        values["preempted_by"] = None
+    reason = requeue_reason(cause, detail, job.attempt, job.preempted_by)
+    if not rows_changed(session, update(Job).where(*fence).values(**values)):
+        return False
+    add_transition(session, job.id, JobStatus.running, JobStatus.queued, reason, job.attempt)
+    if preempted:
+        scheduler_stats.count_preemption(session)
+    return True
 
 
 def reserve_publish(session: Session, job: Job) -> bool:

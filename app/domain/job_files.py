@@ -23,7 +23,7 @@ all of them come from the job id or a server-made dataset id, never from a reque
 
 Every worker may mount one shared artifacts directory, so a gang's nodes may all use one job
 directory: each node's supervisor and child exchange files of that node's own (JobFiles with
-its `member`), and only global rank 0 writes the checkpoints and the model. Rank 0 and a
+its `rank`), and only global rank 0 writes the checkpoints and the model. Rank 0 and a
 one-node job keep the names above.
 """
 
@@ -42,23 +42,24 @@ LATEST = "latest"  # inside a checkpoints directory: names the newest complete c
 
 @dataclass(frozen=True)
 class JobFiles:
-    """The files of the job whose directory is `root`, as node `member` of its gang sees them
-    (0: rank 0, or a one-node job)."""
+    """The files of the job whose directory is `root`, as the node of rank `rank` in its gang
+    sees them (0: rank 0, or a one-node job)."""
 
     root: Path
-    member: int = 0
+    rank: int = 0
 
     @classmethod
-    def of(cls, artifacts_dir: Path, job_id: str, member: int = 0) -> JobFiles:
+    def of(cls, artifacts_dir: Path, job_id: str, rank: int = 0) -> JobFiles:
         """The job's directory under EPOCHAL_ARTIFACTS_DIR."""
-        return cls(artifacts_dir / job_id, member)
+        return cls(artifacts_dir / job_id, rank)
 
     @property
     def own(self) -> Path:
         """Where this node's supervisor and child exchange files: member-N/ for node N."""
         # Workers may share one artifacts directory: a node that starts late must not
-        # rewrite or clear rank 0's spec, stop request, progress or outcome.
-        return self.root if self.member == 0 else self.root / f"member-{self.member}"
+        # rewrite or clear rank 0's spec, stop request, progress or outcome. The folder keeps
+        # the name `member-N`: a job that ran under it keeps its files where it put them.
+        return self.root if self.rank == 0 else self.root / f"member-{self.rank}"
 
     @property
     def spec(self) -> Path:
@@ -66,13 +67,14 @@ class JobFiles:
 
     @property
     def log(self) -> Path:
-        """This node's log (member_log)."""
-        return self.member_log(self.member)
+        """This node's log (rank_log)."""
+        return self.rank_log(self.rank)
 
-    def member_log(self, member: int) -> Path:
-        """The log that node `member` of a gang writes: job.log for rank 0 (and one node)."""
-        # Workers may share one artifacts directory: each node appends to a file of its own.
-        return self.root / ("job.log" if member == 0 else f"member-{member}.log")
+    def rank_log(self, rank: int) -> Path:
+        """The log that the node of rank `rank` writes: job.log for rank 0 (and one node)."""
+        # Workers may share one artifacts directory: each node appends to a file of its own,
+        # named `member-N.log` as a job that ran under that name wrote it.
+        return self.root / ("job.log" if rank == 0 else f"member-{rank}.log")
 
     @property
     def model_dir(self) -> Path:

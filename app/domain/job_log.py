@@ -1,5 +1,5 @@
 """A job's log file: the training child's output plus the supervisor's notes, one per job
-(and one per node of a multi-node job: JobFiles.member_log).
+(and one per node of a multi-node job: JobFiles.rank_log).
 
 The worker appends to it; GET /v1/jobs/{id}/logs reads its tail. Both sides take the path from
 app.domain.job_files, from the job id (never from the user), so no request can name another file.
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 MAX_TAIL_BYTES = 1 << 20  # a tail never reads more than this, whatever N asks for
-MAX_TAIL_LINES = 5000  # the most lines one tail shows (and a gang member's log keeps)
+MAX_TAIL_LINES = 5000  # the most lines one tail shows (and a gang rank's log keeps)
 MAX_LINE_CHARS = 4096
 _BLOCK = 64 * 1024
 

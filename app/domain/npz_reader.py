@@ -19,8 +19,9 @@ from app.domain.upload_rules import ARRAYS, ArrayRule, Plan, UploadError, array_
 # became 256 MiB reading one header): refused.
 COMPRESSIONS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 ENCRYPTED = 0x1  # general purpose flag bit 0
-# The central directory, before zipfile parses it (an object per entry: 300,000 entries took
-# ~130 MB and 3 s): far above what four arrays need, so a wrong member is still named below.
+# The central directory, before zipfile parses it (an object per entry, so its memory and time
+# grow with the entries an upload claims): far above what four arrays need, so a wrong member
+# is still named below.
 MAX_ENTRIES = 16
 MAX_DIRECTORY_BYTES = 64 * 1024
 MAX_NPY_HEADER_BYTES = 10_000  # magic, length and header together; numpy writes ~128 bytes

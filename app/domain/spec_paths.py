@@ -116,7 +116,8 @@ def value_at(spec: Mapping[str, Any], path: str) -> Any:
 def apply_params(base: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
     """The trial's spec: base with each parameter's value in place (paths sorted: parents first).
     The base is a spec as JSON, copied through JSON: a check builds up to ~1,500 of these, and
-    that is several times faster than deepcopy."""
+    the json module's C encoder and decoder copy plain dicts and lists without deepcopy's
+    per-object memo and dispatch in Python."""
     spec: dict[str, Any] = json.loads(json.dumps(base))
     for path in sorted(params):
         _put(spec, path, params[path])

@@ -29,6 +29,29 @@ ACTIVE = frozenset({JobStatus.running, JobStatus.cancelling})
 PREEMPTED = "preempted"
 
 
+class RequeueCause(StrEnum):
+    """Why a running job goes back to the queue (app.domain.crud.requeue, one for all)."""
+
+    lost = "lost"  # its worker's lease ran out (the reaper), within max_restarts
+    failed = "failed"  # a retryable failure within max_restarts, a gang's lost rank among them
+    shutdown = "shutdown"  # its worker is shutting down: it stopped at a checkpoint
+    preempted = "preempted"  # a higher-priority job asked it to stop: same attempt, resumes
+
+
+def requeue_reason(
+    cause: RequeueCause, detail: str | None, attempt: int, for_job: str | None
+) -> str:
+    """The running -> queued transition's reason: `detail` is the cause's own word (a failure's
+    error code, a stop's error); `for_job` the job a preemption made room for."""
+    if cause == RequeueCause.lost:
+        return f"worker lost (lease expired), attempt {attempt}"
+    if cause == RequeueCause.failed:
+        return f"attempt {attempt} failed ({detail}); retrying"
+    if cause == RequeueCause.shutdown:
+        return f"worker shutting down; re-queued ({detail or ErrorCode.worker_shutdown})"
+    return f"{PREEMPTED} for job {for_job}: {detail or 'stopped'}; resumes from there"
+
+
 class SweepStatus(StrEnum):
     """running: launching trials; the rest are final (finished_at is set once no trial runs)."""
 

@@ -35,8 +35,9 @@ from app.schemas.sweep import (
 )
 
 ENUMERATE_INTS = 64  # an int range this short is checked at every value
-# Specs validated one parameter at a time, over all parameters (~0.1 ms each): a space with
-# more edge values is refused; its short int ranges are then checked at their ends only.
+# Specs validated one parameter at a time, over all parameters (each a whole spec's
+# validation): a space with more edge values is refused; its short int ranges are then checked
+# at their ends only.
 MAX_EDGE_VALUES = 1024
 MAX_COMBINATIONS = 512  # beyond this a fixed sample of this many combinations is checked
 GRID_LIMIT = 100_000

@@ -302,7 +302,7 @@ class EpochStat(Base):
 
 
 class SchedulerStat(Base):
-    """Running totals of the scheduler per series and bucket (app.scheduler.stats keeps them)."""
+    """Running totals of the scheduler per series and bucket (app.domain.scheduler_stats keeps them)."""
 
     __tablename__ = "scheduler_stat"
 
@@ -357,16 +357,17 @@ class GangSeat(Base):
     __table_args__ = (UniqueConstraint("job_id", "rank", name="uq_gang_member_job_rank"),)
 
 
-class MemberLogLine(Base):
-    """A line of a member's job log (app.domain.member_log says which ranks ship): each keeps
+class RankLogLine(Base):
+    """A line of a gang rank's job log (app.domain.rank_log says which ranks ship): each keeps
     its log in its own home, so its supervisor ships the lines here, where
-    GET /v1/jobs/{id}/logs?member=N reads them."""
+    GET /v1/jobs/{id}/logs?rank=N reads them."""
 
+    # The table and its rank column keep the names their migration gave them.
     __tablename__ = "member_log_line"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"))
-    member: Mapped[int] = mapped_column(Integer)  # the node's rank
+    rank: Mapped[int] = mapped_column("member", Integer)  # the node's rank
     line: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (Index("ix_member_log_line_job_member", "job_id", "member", "id"),)

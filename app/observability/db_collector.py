@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
 from app.core.db import session_factory
+from app.domain import scheduler_stats
 from app.domain.epoch_stats import EPOCH_BUCKETS, UNTIMED, input_totals, totals
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker, utcnow
-from app.scheduler import stats as scheduler_stats
 from app.schemas.job_spec import FRAMEWORKS
 
 

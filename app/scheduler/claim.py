@@ -20,11 +20,11 @@ from sqlalchemy import ColumnElement, func, literal, null, select
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.domain import crud
+from app.domain import crud, scheduler_stats
 from app.domain.states import JobStatus
 from app.domain.tables import ApiKey, Job, utcnow
 from app.domain.usage import usage
-from app.scheduler import gang, preempt, stats
+from app.scheduler import gang, preempt
 from app.scheduler.gang import Rendezvous, TakenSeat
 from app.scheduler.policy import Share, fair_order
 
@@ -53,7 +53,7 @@ def claim_next(
             return gang.open_gang(session, job_id, worker, where, settings)
         job = crud.claim_job(session, job_id, worker, settings.lease_seconds)
         if job is not None:
-            stats.count_wait(session, job.id)
+            scheduler_stats.count_wait(session, job.id)
             return job
     return None
 

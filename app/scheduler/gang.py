@@ -21,10 +21,10 @@ from sqlalchemy import ColumnElement, and_, delete, exists, func, or_, select, u
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.domain import crud
+from app.domain import crud, scheduler_stats
 from app.domain.states import ACTIVE, ErrorCode, JobStatus, StopReason
 from app.domain.tables import GangSeat, Job, Worker, utcnow
-from app.scheduler import gang_reach, stats
+from app.scheduler import gang_reach
 
 LIVE_BEATS = 3  # a worker is live while its last heartbeat is at most this many beats old
 SEATED, DONE, LOST = "seated", "done", "lost"  # a seat's state
@@ -178,7 +178,7 @@ def _form(session: Session, job_id: str, worker: str, settings: Settings) -> Non
     session.execute(
         update(GangSeat).where(GangSeat.job_id == job_id).values(attempt=job.attempt, secret=secret)
     )
-    stats.count_wait(session, job_id)
+    scheduler_stats.count_wait(session, job_id)
 
 
 def seats_of(session: Session, job_id: str) -> Sequence[GangSeat]:

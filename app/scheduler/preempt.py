@@ -5,7 +5,7 @@ and that no free worker fits, asks the lowest-priority such job on a worker big 
 (the most recently started of those: it loses the least) to stop: the job's `preempted_by` is
 set, its supervisor sees it at the next lease renewal and asks the training child to stop at
 the end of the epoch in flight (the stop path of a cancel). The child checkpoints; the
-supervisor re-queues the job with a `preempted` transition under the same attempt (not counted
+supervisor re-queues the job (crud.requeue, cause preempted) under the same attempt (not counted
 against max_restarts), and its next claim resumes from that epoch (crud.claim_job).
 
 A gang is one job. Running, stopping it frees every seat's worker (its nodes stop together at
@@ -28,9 +28,8 @@ from sqlalchemy.orm import Session, aliased
 from app.core.config import Settings
 from app.core.db import rows_changed
 from app.domain import crud
-from app.domain.states import ACTIVE, PREEMPTED, JobStatus
+from app.domain.states import ACTIVE, JobStatus
 from app.domain.tables import GangSeat, Job, Worker
-from app.scheduler import stats
 
 log = logging.getLogger(__name__)
 CANDIDATES = 20  # queued jobs considered per round, highest priority first
@@ -158,29 +157,3 @@ def _ask(session: Session, victim: Job, job: Job) -> bool:
             job.priority,
         )
     return bool(marked)
-
-
-def requeue(session: Session, job: Job, detail: str | None) -> bool:
-    """Running -> queued after a preemption stop, under the same attempt; False if not ours."""
-    moved = rows_changed(
-        session,
-        update(Job)
-        .where(
-            Job.id == job.id,
-            Job.attempt == job.attempt,
-            Job.status == JobStatus.running,
-            Job.preempted_by.is_not(None),
-        )
-        .values(
-            status=JobStatus.queued,
-            lease_expires_at=None,
-            worker_name=None,
-            dispatched_at=None,
-            step_progress=None,
-        ),
-    )
-    if moved:
-        why = f"{PREEMPTED} for job {job.preempted_by}: {detail or 'stopped'}; resumes from there"
-        crud.add_transition(session, job.id, JobStatus.running, JobStatus.queued, why, job.attempt)
-        stats.count_preemption(session)
-    return bool(moved)

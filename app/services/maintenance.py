@@ -21,7 +21,7 @@ from app.core.log_setup import job_context
 from app.domain import crud, dataset_uploads, retention, usage
 from app.domain.dataset_uploads import UPLOADS_PREFIX
 from app.domain.job_files import job_key
-from app.domain.states import ErrorCode, JobStatus, StopReason
+from app.domain.states import ErrorCode, JobStatus, RequeueCause, StopReason
 from app.domain.tables import Job, utcnow
 from app.scheduler import gang, standings
 from app.scheduler.preempt import preempt_round
@@ -54,7 +54,7 @@ def reap_lost_workers(session: Session) -> int:
                 reason="worker lost while cancelling",
             )
         elif job.attempt <= job.max_restarts:
-            done = crud.requeue(session, job, f"worker lost (lease expired), attempt {job.attempt}")
+            done = crud.requeue(session, job, RequeueCause.lost)
             if done:
                 session.commit()
                 publish_queued(session, job)

@@ -108,19 +108,25 @@ def logs(
     follow_: Annotated[
         bool, typer.Option("--follow", "-f", help="keep printing new lines")
     ] = False,
-    member: Annotated[
-        int, typer.Option(min=0, help="a multi-node job's member (node rank); 0: rank 0")
+    rank: Annotated[
+        int,
+        typer.Option(
+            "--rank",
+            "--member",
+            min=0,
+            help="a multi-node job's node rank (--member: its old name)",
+        ),
     ] = 0,
 ) -> None:
     """The job's log (the training process's output)."""
     with connect() as client:
-        shown = client.logs(job_id, tail, member)
+        shown = client.logs(job_id, tail, rank)
         for line in shown:
             print(line)
         while follow_:
             time.sleep(1.0)
             ended = client.get(job_id).done  # read the log after this, so its last lines show
-            current = client.logs(job_id, max(tail, 1000), member)
+            current = client.logs(job_id, max(tail, 1000), rank)
             for line in new_lines(shown, current):
                 print(line, flush=True)
             shown = current

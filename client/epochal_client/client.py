@@ -209,9 +209,13 @@ class Client(SweepMethods):
                 raise TimeoutError(f"job {job_id} is still {job.status} after {timeout}s")
             time.sleep(poll)
 
-    def logs(self, job_id: str, tail: int = 200, member: int = 0) -> builtins.list[str]:
-        """The last `tail` lines of the job's log (of a multi-node job's `member`, 0: rank 0)."""
-        params = {"tail": tail, **({"member": member} if member else {})}
+    def logs(
+        self, job_id: str, tail: int = 200, rank: int = 0, *, member: int | None = None
+    ) -> builtins.list[str]:
+        """The last `tail` lines of the job's log (of a multi-node job's `rank`, 0: rank 0).
+        `member` is the deprecated name of `rank`."""
+        rank = rank if member is None else member
+        params = {"tail": tail, **({"rank": rank} if rank else {})}
         response = self._request("GET", f"/v1/jobs/{job_id}/logs", params=params)
         if "json" not in response.headers.get("content-type", ""):
             return response.text.splitlines()

@@ -100,17 +100,17 @@ def gang_log_lines(homes: list[Path], job_id: str, nodes: int = 2) -> list[str]:
     lines = []
     for home in homes:
         for member in range(nodes):
-            log = JobFiles.of(home / "artifacts", job_id).member_log(member)
+            log = JobFiles.of(home / "artifacts", job_id).rank_log(member)
             if log.exists():
                 lines += [line for line in log.read_text().splitlines() if "gang node" in line]
     return lines
 
 
 def member_log(service: Service, job_id: str, member: int) -> list[str]:
-    """`epochal logs JOB --member N`: the client's command against the live service."""
+    """`epochal logs JOB --rank N`: the client's command against the live service."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
     env |= {"EPOCHAL_URL": service.url, "EPOCHAL_API_KEY": service.api_key}
-    argv = [*CHECKOUT_CLI, "logs", job_id, "--member", str(member)]
+    argv = [*CHECKOUT_CLI, "logs", job_id, "--rank", str(member)]
     out = subprocess.run(
         argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120), check=True
     )
@@ -169,7 +169,7 @@ def trains_like_two_replicas(
     )
     shipped = member_log(service, gang, 1)
     assert any("gang node 1 of 2" in line and "rendezvous at tcp://" in line for line in shipped)
-    missing = client.get(f"/v1/jobs/{gang}/logs", params={"member": 2})
+    missing = client.get(f"/v1/jobs/{gang}/logs", params={"rank": 2})
     assert missing.status_code == 404, missing.text
 
     spec = done["spec"]
@@ -301,7 +301,7 @@ def test_two_workers_on_one_shared_artifacts_directory_train_a_gang_in_one_folde
     done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
     assert done["status"] == "succeeded", (done["error"], done["transitions"])
     assert [epoch for epoch, _ in metric_attempts(service, job)] == list(range(1, epochs + 1))
-    rank_0, node_1 = JobFiles.of(shared, job), JobFiles.of(shared, job, member=1)
+    rank_0, node_1 = JobFiles.of(shared, job), JobFiles.of(shared, job, rank=1)
     assert rank_0.outcome(1).is_file() and not node_1.outcome(1).exists()  # rank 0 reports
     assert rank_0.spec.is_file() and node_1.spec.is_file()  # each node's supervisor its own
     assert "gang node 0 of 2" in rank_0.log.read_text()
@@ -359,7 +359,7 @@ def test_a_gang_far_below_a_queued_job_stops_whole_at_its_epoch_and_resumes_as_a
     assert rows == [(epoch, done["attempt"]) for epoch in range(1, epochs + 1)]
     # Both of node 1's runs ended cleanly. Its supervisor notes its end once its own child
     # exits, which may come after rank 0 has recorded the job's end.
-    node_1 = JobFiles.of(shared, gang, member=1).log
+    node_1 = JobFiles.of(shared, gang, rank=1).log
     ends = lambda: node_1.read_text().count("ended: exit code 0") == 2  # noqa: E731
     wait_until(ends, 60, "node 1's second clean end in its log")
     wait_until(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.core.db import session_scope
-from app.domain import crud, member_log
+from app.domain import crud, rank_log
 from app.domain.job_log import MAX_LINE_CHARS, MAX_TAIL_BYTES, append_line, cap_log
 from app.schemas.job_spec import JobSpec
 from worker.supervisor.log_shipper import CUT_MARKER, MAX_SHIP_LINES, LogShipper
@@ -23,7 +23,7 @@ def gang_job() -> str:
 
 def shipped(job_id: str) -> list[str]:
     with session_scope() as session:
-        return member_log.tail(session, job_id, 1, 1000)[0]
+        return rank_log.tail(session, job_id, 1, 1000)[0]
 
 
 def test_whole_lines_from_the_attempts_start_are_shipped_once(

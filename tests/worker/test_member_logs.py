@@ -11,7 +11,7 @@ import pytest
 
 from app.core.config import Settings
 from app.core.db import session_scope
-from app.domain import crud, member_log
+from app.domain import crud, rank_log
 from app.domain.job_files import JobFiles
 from app.domain.job_log import cap_log
 from app.domain.retention import remove_job_files
@@ -49,12 +49,12 @@ def test_each_node_writes_and_ships_only_its_own_lines(settings: Settings) -> No
     assert "gang node 0 of 2" in own and "child of node 0,2" in own and "rank 0's note" in own
     assert "node 1" not in own and "member" not in own and "passed 200 bytes" not in own
     with session_scope() as session:
-        shipped = "\n".join(member_log.tail(session, job_id, 1, 1000)[0])
+        shipped = "\n".join(rank_log.tail(session, job_id, 1, 1000)[0])
     assert "gang node 1 of 2" in shipped and "child of node 1,2" in shipped
     assert "member 1's note" in shipped and "member-1.log passed 200 bytes" in shipped
     assert "node 0" not in shipped and "rank 0" not in shipped
 
-    assert member1.log == files.member_log(1) != files.log == rank0.log
+    assert member1.log == files.rank_log(1) != files.log == rank0.log
     remove_job_files(settings.resolved_artifacts_dir, job_id)  # as deleting the job does
     assert not os.path.exists(files.root)
 
@@ -73,6 +73,6 @@ def test_a_members_whole_tail_ships_at_its_end(settings: Settings) -> None:
     member1.lost = True  # the end that ships and leaves (a member's own end does the same)
     record_end(settings, member1)
     with session_scope() as session:
-        lines = member_log.tail(session, job_id, 1, 5000)[0]
+        lines = rank_log.tail(session, job_id, 1, 5000)[0]
     assert lines[-1] == "the very last" and lines[-2].startswith("2999 ")
     assert [line[:4] for line in lines[-3001:-1]] == [f"{i:04d}" for i in range(3000)]

@@ -17,7 +17,7 @@ from app.core.config import Settings, get_settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain.job_files import JobFiles
-from app.domain.states import JobStatus
+from app.domain.states import JobStatus, RequeueCause
 from app.domain.tables import Job
 from app.schemas.api import StepProgress
 from app.schemas.job_spec import JobSpec
@@ -116,7 +116,7 @@ def test_supervisor_kills_its_child_when_another_attempt_owns_the_job(
     job = running_job()
     attempt = attempt_of(job, settings, "import time; time.sleep(120)")
     with session_scope() as session:  # the reaper re-queued it and another worker claimed it
-        assert crud.requeue(session, session.get(Job, job.id), "test: lease expired")  # type: ignore[arg-type]
+        assert crud.requeue(session, session.get(Job, job.id), RequeueCause.lost)  # type: ignore[arg-type]
     with session_scope() as session:
         assert crud.claim_job(session, job.id, "w2", 30) is not None
     supervise(settings, attempt)
@@ -271,7 +271,7 @@ def test_runtime_used_up_by_earlier_attempts_ends_without_starting(settings: Set
             .where(Job.id == job.id)
             .values(started_at=job.started_at - timedelta(days=2))  # type: ignore[operator]
         )
-        crud.requeue(session, session.get(Job, job.id, populate_existing=True), "test")  # type: ignore[arg-type]
+        crud.requeue(session, session.get(Job, job.id, populate_existing=True), RequeueCause.lost)  # type: ignore[arg-type]
     runner.run_job(job.id, "w2")
     done = stored(job.id)
     assert (done.status, done.stop_reason, done.attempt) == ("failed", "timeout", 2)

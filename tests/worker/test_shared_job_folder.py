@@ -84,4 +84,4 @@ def test_a_late_member_leaves_rank_0s_files_alone(settings: Settings) -> None:
     assert sorted(os.listdir(own.own)) == ["spec.json", "stop-1"]  # nothing half-written left
     # Each node's child read the spec its own supervisor wrote.
     assert "spec from spec.json {" in files.log.read_text()
-    assert "spec from member-1/spec.json {" in files.member_log(1).read_text()
+    assert "spec from member-1/spec.json {" in files.rank_log(1).read_text()

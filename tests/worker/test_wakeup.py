@@ -11,6 +11,7 @@ from app.domain import crud
 from app.schemas.job_spec import JobSpec
 from app.services import publish
 from worker.supervisor import wakeup
+from worker.supervisor.claimed import Claimed
 
 
 def new_job(priority: int) -> str:
@@ -29,7 +30,7 @@ def test_a_message_spent_on_another_job_is_sent_again_for_its_own(
     monkeypatch.setattr(publish, "publish_queued", lambda session, job: sent.append(job.id))
     low, high = new_job(10), new_job(90)
     claimed = wakeup.claim(get_settings(), "w1")
-    assert claimed is not None and claimed[0] == high and claimed[1] == 1
+    assert isinstance(claimed, Claimed) and (claimed.job_id, claimed.attempt) == (high, 1)
     wakeup.try_republish(low)  # the message was low's: it still waits
     wakeup.try_republish(high)  # running now: nothing to send
     assert sent == [low]

@@ -200,7 +200,7 @@ def wait_for_assignment(framework: str) -> Assignment:
     importlib.import_module(BACKENDS[framework].split(":")[0]).preload()
     importlib.import_module("worker.child.train_attempt")
     importlib.import_module("worker.child.sinks").warm_connection()  # its connection and statements
-    with contextlib.suppress(ImportError):  # what a sweep's trial reports to, ~0.7 s
+    with contextlib.suppress(ImportError):  # what a sweep's trial reports to: a heavy import
         importlib.import_module("optuna")
     importlib.import_module("worker.training.onnx_export").preload()  # the job's last step
     importlib.import_module("worker.training.checkpoint_upload").preload()  # an S3 client
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         # From now on `ps` shows what a cold child would show: the job id, attempt, threads.
         setproctitle(" ".join(child_argv(args.job_id, args.attempt, threads=args.threads)))
         # Only a one-node job gets a warm child (a gang's nodes start cold, their output
-        # already in their own log, JobFiles.member_log): its log is the job's.
+        # already in their own log, JobFiles.rank_log): its log is the job's.
         write_output_to(JobFiles.of(settings.resolved_artifacts_dir, args.job_id).log)
     else:
         started = float(os.environ.pop(SPAWNED_ENV, time.time()))

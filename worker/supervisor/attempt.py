@@ -54,7 +54,7 @@ class Attempt:
 
     @property
     def log(self) -> Path:
-        """The log this node writes (JobFiles.member_log): never another node's file."""
+        """The log this node writes (JobFiles.rank_log): never another node's file."""
         return self.files.log
 
 

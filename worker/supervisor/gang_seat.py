@@ -32,6 +32,7 @@ from app.services.publish import republish
 from app.services.queue import publish_train
 from worker.protocol import AGREED_STOPS, GANG_SECRET_ENV, RETRYABLE, GangNode, Outcome
 from worker.supervisor import gang_address, gang_port, shutdown
+from worker.supervisor.claimed import Claimed
 from worker.supervisor.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,9 @@ class Formed:
     memory_bytes: int | None = None  # the job's admitted estimate: this node's limit
 
     @property
-    def claimed(self) -> tuple[str, int, Any, datetime, int | None]:
+    def claimed(self) -> Claimed:
         """The attempt as a single node's claim gives it (worker.supervisor.wakeup)."""
-        return self.job_id, self.attempt, self.spec, self.started_at, self.memory_bytes
+        return Claimed(self.job_id, self.attempt, self.spec, self.started_at, self.memory_bytes)
 
 
 def advertised(settings: Settings) -> tuple[str, str]:

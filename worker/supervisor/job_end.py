@@ -10,8 +10,7 @@ import signal
 from app.core.config import Settings
 from app.core.db import retrying, session_scope
 from app.domain import crud, retention
-from app.domain.states import ErrorCode, JobStatus, StopReason
-from app.scheduler import preempt
+from app.domain.states import ErrorCode, JobStatus, RequeueCause, StopReason
 from app.services import sweeps
 from app.services.publish import publish_queued
 from worker.protocol import Outcome, read_outcome
@@ -36,8 +35,8 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
         job = crud.get_job(session, job_id)
         if job is None or job.attempt != attempt or shutdown.requeue(session, job, outcome):
             return None
-        if outcome.error_code == ErrorCode.preempted and preempt.requeue(
-            session, job, outcome.error
+        if outcome.error_code == ErrorCode.preempted and crud.requeue(
+            session, job, RequeueCause.preempted, outcome.error
         ):
             session.commit()
             publish_queued(session, job)  # a wake-up for the slot it will resume on
@@ -45,8 +44,7 @@ def _record(settings: Settings, job_id: str, attempt: int, outcome: Outcome) -> 
         if outcome.retryable and job.status == JobStatus.cancelling:
             outcome = Outcome.stopped(StopReason.cancelled, outcome.error)
         elif outcome.retryable and attempt <= job.max_restarts:
-            reason = f"attempt {attempt} failed ({outcome.error_code}); retrying"
-            if crud.requeue(session, job, reason):
+            if crud.requeue(session, job, RequeueCause.failed, outcome.error_code):
                 session.commit()
                 publish_queued(session, job)
                 return None

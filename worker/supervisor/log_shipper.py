@@ -1,6 +1,6 @@
-"""A gang member's (rank 1..N-1) log, shipped to the database as it grows: the member writes
-its own file (JobFiles.member_log), on storage the API may not reach (app.domain.member_log
-reads the rows)."""
+"""A gang rank's (1..N-1) log, shipped to the database as it grows: the rank writes its own
+file (JobFiles.rank_log), on storage the API may not reach (app.domain.rank_log reads the
+rows)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.core.db import session_scope
-from app.domain import member_log
+from app.domain import rank_log
 from app.domain.job_log import MAX_LINE_CHARS, MAX_TAIL_BYTES, MAX_TAIL_LINES
 
 log = logging.getLogger(__name__)
 
-# One send's bound: more lines than a member keeps would be dropped at once anyway.
+# One send's bound: more lines than a rank keeps would be dropped at once anyway.
 MAX_SHIP_LINES = MAX_TAIL_LINES
 CUT_MARKER = " [line cut]"
 
@@ -25,14 +25,14 @@ class LogShipper:
     next call (the lines stay in the file). A line longer than one read goes cut, with a
     marker, and the rest of it is skipped: it never holds up the lines after it."""
 
-    def __init__(self, job_id: str, member: int, path: Path) -> None:
-        self.job_id, self.member, self.path = job_id, member, path
+    def __init__(self, job_id: str, rank: int, path: Path) -> None:
+        self.job_id, self.rank, self.path = job_id, rank, path
         self.offset = path.stat().st_size if path.exists() else 0  # earlier attempts' lines
         self.skipping = False  # inside a cut line: its rest is dropped up to its newline
 
     def ship(self, final: bool = False) -> None:
         """Send the new whole lines (MAX_TAIL_BYTES and MAX_SHIP_LINES a send, a runaway log's
-        bound). `final`: the member is done, so every line left goes, an unended last one too."""
+        bound). `final`: the rank is done, so every line left goes, an unended last one too."""
         while self._ship_once(final) and final:
             pass
 
@@ -50,9 +50,11 @@ class LogShipper:
             return False
         try:
             with session_scope() as session:
-                member_log.append(session, self.job_id, self.member, lines)
+                rank_log.append(session, self.job_id, self.rank, lines)
         except SQLAlchemyError:  # the database is away: the lines wait in the file
-            log.warning("could not ship job %s's member log", self.job_id, exc_info=True)
+            log.warning(
+                "could not ship job %s's rank %d log", self.job_id, self.rank, exc_info=True
+            )
             return False
         self.offset += used
         self.skipping = skipping
@@ -71,7 +73,7 @@ class LogShipper:
         if not whole and start == 0 and len(data) == MAX_TAIL_BYTES:  # one line, too long
             return [_cut(body.decode("utf-8", errors="replace"))], len(body), True
         if final and len(data) < MAX_TAIL_BYTES:
-            whole = body  # the last line may be unended: the member has stopped writing
+            whole = body  # the last line may be unended: the rank has stopped writing
         if whole.count(b"\n") >= MAX_SHIP_LINES:
             whole = b"\n".join(whole.split(b"\n", MAX_SHIP_LINES)[:MAX_SHIP_LINES]) + b"\n"
         lines = whole.decode("utf-8", errors="replace").splitlines()
@@ -85,7 +87,7 @@ class LogShipper:
 
 
 def _cut(line: str) -> str:
-    """A line as a member's log row keeps it: past MAX_LINE_CHARS, cut and marked."""
+    """A line as a rank's log row keeps it: past MAX_LINE_CHARS, cut and marked."""
     if len(line) <= MAX_LINE_CHARS:
         return line
     return line[: MAX_LINE_CHARS - len(CUT_MARKER)] + CUT_MARKER

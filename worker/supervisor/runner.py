@@ -13,7 +13,6 @@ import logging
 import signal
 import subprocess
 import time
-from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
@@ -41,6 +40,7 @@ from worker.protocol import (
 )
 from worker.supervisor import gang_port, gang_seat, limits, shutdown, wakeup
 from worker.supervisor.attempt import Attempt, note, reap, signal_group, wait_end
+from worker.supervisor.claimed import Claimed
 from worker.supervisor.heartbeat import set_current_job
 from worker.supervisor.job_end import record, record_end
 from worker.supervisor.lease import LeaseKeeper
@@ -59,60 +59,55 @@ def run_job(job_id: str, worker_name: str) -> None:
     if shutdown.declined(job_id):
         return
     within = settings.lease_seconds  # a claim whose commit was lost finds the job taken
-    claimed = retrying(lambda: wakeup.claim(settings, worker_name), within, "claim")
-    if claimed is None:
+    claim = retrying(lambda: wakeup.claim(settings, worker_name), within, "claim")
+    if claim is None:
         log.info(
             "job %s is not queued (taken, cancelled or ended) and no queued job fits: "
             "ignoring the message",
             job_id,
         )
         return
-    woken_for, formed = job_id, None
-    if isinstance(claimed, TakenSeat):  # a seat in a multi-node job's gang: wait until it forms
-        if claimed.job_id != woken_for:
-            wakeup.try_republish(woken_for)
-        formed = gang_seat.wait_formed(settings, claimed, worker_name)
+    if claim.job_id != job_id:  # the message went to another job: its own needs one again
+        wakeup.try_republish(job_id)
+    formed: gang_seat.Formed | None = None
+    if isinstance(claim, TakenSeat):  # a seat in a multi-node job's gang: wait until it forms
+        formed = gang_seat.wait_formed(settings, claim, worker_name)
         if formed is None:
-            gang_port.let_go(claimed.job_id)
-            log.info("job %s: the gang did not form; this worker is free again", claimed.job_id)
+            gang_port.let_go(claim.job_id)
+            log.info("job %s: the gang did not form; this worker is free again", claim.job_id)
             return
-        claimed = formed.claimed
-    job_id, attempt, stored, started_at, memory = claimed
-    if woken_for != job_id and formed is None:  # the message went to another job: its own
-        wakeup.try_republish(woken_for)  # job needs one again
-    spec = JobSpec.model_validate(stored)  # once, here: from now on the spec is typed
-    _set_current_job(worker_name, job_id)
+        held = formed.claimed
+    else:
+        held = claim
+    spec = JobSpec.model_validate(held.spec)  # once, here: from now on the spec is typed
+    _set_current_job(worker_name, held.job_id)
     try:
-        with job_context(job_id):
-            _run_attempt(settings, job_id, attempt, spec, started_at, formed, memory)
+        with job_context(held.job_id):
+            _run_attempt(settings, held, spec, formed)
     finally:
-        gang_port.let_go(job_id)  # a gang's seat port: held until its attempt is over
+        gang_port.let_go(held.job_id)  # a gang's seat port: held until its attempt is over
         _set_current_job(worker_name, None)
         if not shutdown.requested():  # a no-op unless the waiting child is gone
             warm_up(settings, [spec.framework])
 
 
 def _run_attempt(
-    settings: Settings,
-    job_id: str,
-    number: int,
-    spec: JobSpec,
-    started_at: datetime,
-    formed: gang_seat.Formed | None = None,
-    memory: int | None = None,
+    settings: Settings, held: Claimed, spec: JobSpec, formed: gang_seat.Formed | None
 ) -> None:
     """Start the child (unless its time is used up or the disk is full) and see it end."""
     # max_runtime_seconds counts from the first start, across attempts.
-    left = spec.max_runtime_seconds - (utcnow() - started_at).total_seconds()
+    left = spec.max_runtime_seconds - (utcnow() - held.started_at).total_seconds()
     if left <= 0:
-        record(settings, job_id, number, _out_of_time(spec))
+        record(settings, held.job_id, held.attempt, _out_of_time(spec))
         return
     try:
-        attempt = start_child(settings, job_id, number, spec, left, formed, memory)
+        attempt = start_child(
+            settings, held.job_id, held.attempt, spec, left, formed, held.memory_bytes
+        )
     except OSError as exc:  # the job's spec or log could not be written
         if not is_disk_full(exc):
             raise
-        record(settings, job_id, number, Outcome.disk_full(exc))
+        record(settings, held.job_id, held.attempt, Outcome.disk_full(exc))
         return
     try:
         supervise(settings, attempt)
@@ -202,7 +197,7 @@ def _fresh_files(
 ) -> JobFiles:
     """This node's files for the attempt: its spec written, its last try's control files gone."""
     # The workers may share one artifacts directory: each node of a gang writes, clears and
-    # logs to files of its own (JobFiles.own, member_log), never rank 0's.
+    # logs to files of its own (JobFiles.own, rank_log), never rank 0's.
     files = JobFiles.of(settings.resolved_artifacts_dir, job_id, rank)
     files.own.mkdir(parents=True, exist_ok=True)
     write_whole(files.spec, spec.model_dump_json())

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.states import ErrorCode, JobStatus
+from app.domain.states import ErrorCode, JobStatus, RequeueCause
 from app.domain.tables import Job
 from worker.protocol import Outcome
 
@@ -91,8 +91,8 @@ def requeue(session: Session, job: Job, outcome: Outcome) -> bool:
     """Re-queue a running job its shutting-down worker stopped; False if it is not one."""
     if outcome.error_code != ErrorCode.worker_shutdown:
         return False
-    reason = f"worker shutting down; re-queued ({outcome.error or ErrorCode.worker_shutdown})"
-    if not crud.requeue(session, job, reason):  # cancelling (it ends cancelled) or not ours
+    # False: cancelling (it ends cancelled), or not ours
+    if not crud.requeue(session, job, RequeueCause.shutdown, outcome.error):
         return False
     session.commit()  # not sent: this worker would receive it; maintenance sends it (above)
     return True

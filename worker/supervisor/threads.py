@@ -3,7 +3,7 @@
 PyTorch (OpenMP) and TensorFlow size their pools by the machine's cores. A job's intra-op
 threads wait for each other at every operation, so when anything else on the machine takes a core
 (the API answering a poll, the supervisor, the next warm child's import) every thread of the
-step waits for the one that lost it (BENCHMARKS.md, "Threads chosen, not defaulted"). So the
+step waits for the one that lost it. So the
 worker has a CPU budget: EPOCHAL_WORKER_CPUS, by default the CPUs it may run on (its affinity
 mask, or its cgroup's CPU quota when that is smaller: a container's `cpus:`), less one for the
 service's own processes on a machine of RESERVE_FROM_CPUS or more. A job trains on all of it, or on
@@ -15,9 +15,10 @@ that is too small to share on one thread (worker.training.tf.strategy.fitted_to_
 The service's own work is mostly the next warm child's import (seconds of CPU); the API's and
 the supervisor's are bursts of milliseconds. A core kept for it is a quarter of a 4-core machine but
 half of a 2-core one. So on a small machine the job gets every core and the next warm child starts
-when the job ends (spare_cpu), not beside it: an import beside a job on both cores of a 2-core
-machine roughly doubled its training time, even at idle priority (BENCHMARKS.md, "Every core on a
-small machine, the next import after the job").
+when the job ends (spare_cpu), not beside it: an import beside a job that has every core
+takes a core whenever one of the job's threads waits, and shares the caches and memory
+bandwidth even at idle priority, so every step of the job waits on it (figures:
+docs/benchmarks.md, "The worker").
 """
 
 from __future__ import annotations

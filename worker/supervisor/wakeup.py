@@ -6,8 +6,6 @@ bigger than it needs may have used it for another job)."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime
-from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
@@ -20,15 +18,12 @@ from app.scheduler.claim import claim_next
 from app.scheduler.gang import TakenSeat
 from app.services.publish import republish
 from worker.supervisor import gang_port, gang_seat
+from worker.supervisor.claimed import Claim, Claimed
 
 log = logging.getLogger(__name__)
 
 
-# job id, attempt, stored spec, first start, admitted memory estimate
-Claimed = tuple[str, int, Any, datetime, int | None]
-
-
-def claim(settings: Settings, worker_name: str) -> Claimed | TakenSeat | None:
+def claim(settings: Settings, worker_name: str) -> Claim | None:
     """The attempt this worker just claimed, or its seat in a multi-node job's gang (it
     opened the gang, seat 0: the other seats get wake-ups now)."""
     where, holder = gang_seat.rendezvous(settings)  # the port stays held if a seat publishes it
@@ -41,7 +36,7 @@ def claim(settings: Settings, worker_name: str) -> Claimed | TakenSeat | None:
             seat = job if isinstance(job, TakenSeat) else None
             if isinstance(job, Job):
                 assert job.started_at is not None  # a claim sets it
-                claimed = job.id, job.attempt, job.spec, job.started_at, job.memory_bytes
+                claimed = Claimed(job.id, job.attempt, job.spec, job.started_at, job.memory_bytes)
     except BaseException:
         holder.close()
         raise

@@ -120,7 +120,9 @@ class Op(StrictModel):
 
     arity: ClassVar[tuple[int, int]] = (1, 1)  # (fewest, most) inputs
     # Whether TensorFlow may compile a CPU training step holding this op with XLA: false where
-    # XLA's CPU kernels are far slower than TensorFlow's own (BENCHMARKS.md, graph models).
+    # XLA's CPU back-end emits generic loops for some kernels (a convolution's gradients) where
+    # TensorFlow's own call tuned libraries (figures: docs/benchmarks.md,
+    # "Graph models on Fashion-MNIST").
     xla_on_cpu: ClassVar[bool] = True
 
     # -- checked at submit, pure ----------------------------------------------------------

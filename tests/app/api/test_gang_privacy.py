@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.core.db import session_scope
-from app.domain import crud, member_log
+from app.domain import crud, rank_log
 from app.domain.keys import create_key
 from app.domain.redact import public_worker_name
 from app.domain.states import ErrorCode, StopReason
@@ -47,7 +47,7 @@ def failed_gang() -> tuple[str, str, str]:
         assert why is not None and "fe80::7" in why and "trainer-b" in why
         message = f"{why}; rendezvous tcp://gpu-box-7:29500 at 10.0.3.7:29500 ([fe80::7]:29501)"
         crud.force_fail_queued(session, job, ErrorCode.invalid_config, message, StopReason.error)
-        member_log.append(session, job.id, 1, ["joined tcp://10.0.3.7:29500 from gpu-box-7"])
+        rank_log.append(session, job.id, 1, ["joined tcp://10.0.3.7:29500 from gpu-box-7"])
         return job.id, plain, admin
 
 
@@ -70,7 +70,7 @@ def test_a_plain_key_reads_its_gangs_failure_without_hosts_addresses_or_ports(
     job_id, plain, admin = failed_gang()
     as_plain = {"Authorization": f"Bearer {plain}"}
     seen = app_client.get(f"/v1/jobs/{job_id}", headers=as_plain)
-    log = app_client.get(f"/v1/jobs/{job_id}/logs?member=1", headers=as_plain)
+    log = app_client.get(f"/v1/jobs/{job_id}/logs?rank=1", headers=as_plain)
     assert seen.status_code == log.status_code == 200
     for text in (seen.text, log.text):
         assert not [secret for secret in SECRETS if secret in text], text
@@ -79,7 +79,7 @@ def test_a_plain_key_reads_its_gangs_failure_without_hosts_addresses_or_ports(
 
     as_admin = {"Authorization": f"Bearer {admin}"}
     full = app_client.get(f"/v1/jobs/{job_id}", headers=as_admin).text
-    full_log = app_client.get(f"/v1/jobs/{job_id}/logs?member=1", headers=as_admin).text
+    full_log = app_client.get(f"/v1/jobs/{job_id}/logs?rank=1", headers=as_admin).text
     assert all(secret in full for secret in SECRETS) and "gpu-box-7" in full_log
 
 

@@ -13,11 +13,11 @@ from sqlalchemy import func, select
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.domain import crud, member_log
+from app.domain import crud, rank_log
 from app.domain.job_files import JobFiles
 from app.domain.job_log import MAX_LINE_CHARS, MAX_TAIL_BYTES, MAX_TAIL_LINES
 from app.domain.states import ErrorCode
-from app.domain.tables import MemberLogLine
+from app.domain.tables import RankLogLine
 from tests.app.api.test_auth import BODY, auth
 from tests.conftest import make_key
 
@@ -72,61 +72,77 @@ def gang_job(client: TestClient, key: str) -> str:
     return str(response.json()["id"])
 
 
-def test_a_gang_members_log_is_the_lines_its_worker_shipped(api: TestClient) -> None:
+def test_a_gang_ranks_log_is_the_lines_its_worker_shipped(api: TestClient) -> None:
     alice = make_key("alice")
     job_id = gang_job(api, alice)
     with session_scope() as session:
-        member_log.append(session, job_id, 1, ["gang node 1 of 2", "/srv/epochal/x.npz read"])
+        rank_log.append(session, job_id, 1, ["gang node 1 of 2", "/srv/epochal/x.npz read"])
     url = f"/v1/jobs/{job_id}/logs"
-    body = api.get(url, params={"member": 1}, headers=auth(alice)).json()
+    body = api.get(url, params={"rank": 1}, headers=auth(alice)).json()
     assert body == {
         "job_id": job_id,
-        "member": 1,
+        "rank": 1,
+        "member": 1,  # the deprecated name, kept for clients that read it
         "lines": ["gang node 1 of 2", "…/x.npz read"],  # server paths cut, as rank 0's
         "truncated": False,
     }
-    assert api.get(url, params={"member": 1, "tail": 1}, headers=auth(alice)).json()["truncated"]
+    assert api.get(url, params={"rank": 1, "tail": 1}, headers=auth(alice)).json()["truncated"]
     assert api.get(url, headers=auth(alice)).json()["lines"] == []  # rank 0: its file, none yet
 
 
-def test_a_member_that_does_not_exist_is_a_404_and_a_negative_one_a_422(api: TestClient) -> None:
-    alice = make_key("alice")
-    gang, single = gang_job(api, alice), job_with_log(api, alice, ["one node"])
-    missing = api.get(f"/v1/jobs/{gang}/logs", params={"member": 2}, headers=auth(alice))
-    assert missing.status_code == 404
-    assert "members 0..1" in missing.json()["detail"]
-    lone = api.get(f"/v1/jobs/{single}/logs", params={"member": 1}, headers=auth(alice))
-    assert lone.status_code == 404
-    assert api.get(f"/v1/jobs/{single}/logs", params={"member": 0}, headers=auth(alice)).json()[
-        "lines"
-    ] == ["one node"]
-    negative = api.get(f"/v1/jobs/{gang}/logs", params={"member": -1}, headers=auth(alice))
-    assert negative.status_code == 422
-
-
-def test_a_member_keeps_its_newest_lines_as_many_as_a_tail_shows(api: TestClient) -> None:
+def test_member_is_the_old_name_of_rank_and_the_two_must_agree(api: TestClient) -> None:
     alice = make_key("alice")
     job_id = gang_job(api, alice)
     with session_scope() as session:
-        member_log.append(session, job_id, 1, [f"line {i}" for i in range(MAX_TAIL_LINES)])
+        rank_log.append(session, job_id, 1, ["gang node 1 of 2"])
+    url = f"/v1/jobs/{job_id}/logs"
+    for params in ({"member": 1}, {"member": 1, "rank": 1}):
+        body = api.get(url, params=params, headers=auth(alice)).json()
+        assert (body["rank"], body["member"], body["lines"]) == (1, 1, ["gang node 1 of 2"])
+    both = api.get(url, params={"member": 0, "rank": 1}, headers=auth(alice))
+    assert both.status_code == 422
+    assert "rank=1" in both.json()["detail"] and "member=0" in both.json()["detail"]
+
+
+def test_a_rank_that_does_not_exist_is_a_404_and_a_negative_one_a_422(api: TestClient) -> None:
+    alice = make_key("alice")
+    gang, single = gang_job(api, alice), job_with_log(api, alice, ["one node"])
+    missing = api.get(f"/v1/jobs/{gang}/logs", params={"rank": 2}, headers=auth(alice))
+    assert missing.status_code == 404
+    assert "ranks 0..1" in missing.json()["detail"]
+    lone = api.get(f"/v1/jobs/{single}/logs", params={"rank": 1}, headers=auth(alice))
+    assert lone.status_code == 404
+    assert api.get(f"/v1/jobs/{single}/logs", params={"rank": 0}, headers=auth(alice)).json()[
+        "lines"
+    ] == ["one node"]
+    for name in ("rank", "member"):
+        negative = api.get(f"/v1/jobs/{gang}/logs", params={name: -1}, headers=auth(alice))
+        assert negative.status_code == 422
+
+
+def test_a_rank_keeps_its_newest_lines_as_many_as_a_tail_shows(api: TestClient) -> None:
+    alice = make_key("alice")
+    job_id = gang_job(api, alice)
     with session_scope() as session:
-        member_log.append(session, job_id, 1, ["line last", "x" * (MAX_LINE_CHARS + 10)])
-        member_log.append(session, job_id, 2, ["another member's"])
+        rank_log.append(session, job_id, 1, [f"line {i}" for i in range(MAX_TAIL_LINES)])
     with session_scope() as session:
-        lines, truncated = member_log.tail(session, job_id, 1, MAX_TAIL_LINES + 1)
+        rank_log.append(session, job_id, 1, ["line last", "x" * (MAX_LINE_CHARS + 10)])
+        rank_log.append(session, job_id, 2, ["another rank's"])
+    with session_scope() as session:
+        lines, truncated = rank_log.tail(session, job_id, 1, MAX_TAIL_LINES + 1)
     assert len(lines) == MAX_TAIL_LINES and not truncated
     assert lines[0] == "line 2" and lines[-2] == "line last"
     assert len(lines[-1]) == MAX_LINE_CHARS
 
 
-def test_deleting_a_job_deletes_its_members_lines(api: TestClient) -> None:
+def test_deleting_a_job_deletes_its_ranks_lines(api: TestClient) -> None:
     alice = make_key("alice")
     job_id = gang_job(api, alice)
     with session_scope() as session:
-        member_log.append(session, job_id, 1, ["gang node 1 of 2"])
+        rank_log.append(session, job_id, 1, ["gang node 1 of 2"])
         job = crud.get_job(session, job_id)
         assert job is not None
         crud.force_fail_queued(session, job, ErrorCode.queue_timeout, "ended for the test")
     assert api.delete(f"/v1/jobs/{job_id}", headers=auth(alice)).status_code == 204
     with session_scope() as session:
-        assert session.scalar(select(func.count()).select_from(MemberLogLine)) == 0
+        assert session.scalar(select(func.count()).select_from(RankLogLine)) == 0

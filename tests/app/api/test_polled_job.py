@@ -14,7 +14,7 @@ from sqlalchemy import delete, update
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
-from app.domain.states import ErrorCode, JobStatus, StopReason
+from app.domain.states import ErrorCode, JobStatus, RequeueCause, StopReason
 from app.domain.tables import Job, JobTransition, Worker
 from app.scheduler import position, standings
 from tests.conftest import make_key
@@ -92,7 +92,7 @@ def jobs_in_every_state(client: TestClient) -> dict[str, str]:
         error = "Traceback: /home/someone/.epochal/artifacts/x/model.onnx missing"
         session.execute(update(Job).where(Job.id == ids["failed"]).values(error=error))
         job = crud.get_job(session, ids["requeued"])
-        assert job is not None and crud.requeue(session, job, "worker lost")
+        assert job is not None and crud.requeue(session, job, RequeueCause.lost)
         cancelled = crud.get_job(session, ids["cancelled"])
         assert cancelled is not None
         crud.request_cancel(session, cancelled)

@@ -16,6 +16,7 @@ from app.core.db import session_scope
 from app.domain import crud
 from app.domain.job_files import JobFiles
 from app.domain.redact import without_server_paths
+from app.domain.states import RequeueCause
 from app.domain.tables import Job
 from tests.conftest import make_key
 from tests.onnx_models import write_model
@@ -63,7 +64,7 @@ def test_a_jobs_error_transitions_events_and_log_name_no_server_path(client: Tes
         job = session.get(Job, job_id)
         assert job is not None
         # A worker shutting down re-queues its job with the attempt's error in the reason.
-        assert crud.requeue(session, job, f"worker shutting down; re-queued ({files.onnx})")
+        assert crud.requeue(session, job, RequeueCause.shutdown, str(files.onnx))
         crud.claim_job(session, job_id, "w1", 30)
         error = f"invalid_data: cannot read {data_file}: [Errno 2] in {files.root}/spec.json"
         crud.finish_job(session, job_id, 2, "failed", stop_reason="error", reason="t", error=error)

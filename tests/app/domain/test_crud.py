@@ -10,7 +10,7 @@ from sqlalchemy import update
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
-from app.domain.states import JobStatus
+from app.domain.states import JobStatus, RequeueCause
 from app.domain.tables import Job, utcnow
 from app.schemas.job_spec import JobSpec
 from app.services.maintenance import reap_lost_workers
@@ -115,6 +115,42 @@ def test_metrics_upsert_replaces_and_nulls_non_finite(db_env: dict[str, str]) ->
         assert [r.epoch for r in epoch_rows.read_metrics(session, job_id, since_epoch=1)] == [2]
         assert epoch_rows.drop_metrics_after(session, job_id, 1, 1) == 1
     assert status_of(job_id).best_epoch == 1 and status_of(job_id).current_epoch == 1
+
+
+def test_one_requeue_for_every_cause_each_with_its_reason_and_attempt(
+    db_env: dict[str, str],
+) -> None:
+    """A preemption keeps the attempt (and needs a preemption request); any other cause makes
+    the next claim a new attempt, and clears a preemption request it overtook."""
+    job_id = new_job()
+    reasons = []
+    for cause, detail in [
+        (RequeueCause.lost, None),
+        (RequeueCause.failed, "worker_lost"),
+        (RequeueCause.shutdown, "stopped at epoch 2"),
+        (RequeueCause.preempted, "stopped after epoch 3"),
+    ]:
+        running = claim(job_id)
+        assert running is not None
+        with session_scope() as session:
+            job = crud.get_job(session, job_id)
+            assert job is not None
+            assert not crud.requeue(session, job, RequeueCause.preempted)  # nobody asked
+            session.execute(update(Job).where(Job.id == job_id).values(preempted_by="high"))
+            job.preempted_by = "high"
+            assert crud.requeue(session, job, cause, detail)
+            assert not crud.requeue(session, job, cause, detail)  # queued now: not ours
+            reasons.append(crud.transitions(session, job_id)[-1].reason)
+        kept = "high" if cause == RequeueCause.preempted else None
+        assert status_of(job_id).preempted_by == kept
+    assert reasons == [
+        "worker lost (lease expired), attempt 1",
+        "attempt 2 failed (worker_lost); retrying",
+        "worker shutting down; re-queued (stopped at epoch 2)",
+        "preempted for job high: stopped after epoch 3; resumes from there",
+    ]
+    resumed = claim(job_id)
+    assert resumed is not None and resumed.attempt == 4  # 1, 2, 3, then the same 4
 
 
 def expire_lease(job_id: str) -> None:

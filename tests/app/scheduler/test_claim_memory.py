@@ -17,6 +17,7 @@ from app.scheduler.claim import claim_next
 from app.scheduler.position import standing
 from app.schemas.job_spec import JobSpec
 from worker.supervisor import wakeup
+from worker.supervisor.claimed import Claimed
 
 GIB = 2**30
 SPEC = JobSpec.model_validate({"framework": "pytorch", "dataset": {"name": "digits"}})
@@ -127,5 +128,5 @@ def test_the_workers_claim_measures_the_job_against_its_own_memory(
     assert status_of(too_big) == JobStatus.queued
     fits = new_job(own)
     claimed = wakeup.claim(get_settings(), "w1")
-    assert isinstance(claimed, tuple)  # a single node's attempt, not a gang's seat
-    assert claimed[0] == fits and claimed[4] == own  # its estimate: the limit's basis
+    assert isinstance(claimed, Claimed)  # a single node's attempt, not a gang's seat
+    assert claimed.job_id == fits and claimed.memory_bytes == own  # the limit's basis

@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
-from app.domain.states import JobStatus
+from app.domain.states import JobStatus, RequeueCause
 from app.domain.tables import GangSeat, Job, Worker, utcnow
 from app.main import create_app
 from app.scheduler import gang, preempt
@@ -260,7 +260,9 @@ def stopped(job_id: str) -> None:
     """Its supervisor re-queued it after the preemption stop, and its workers are free."""
     with session_scope() as session:
         job = crud.get_job(session, job_id)
-        assert job is not None and preempt.requeue(session, job, "stopped after epoch 1")
+        assert job is not None and crud.requeue(
+            session, job, RequeueCause.preempted, "stopped after epoch 1"
+        )
         gang.release(session, job_id, [s.worker for s in gang.seats_of(session, job_id)])
         session.execute(
             update(Worker).where(Worker.current_job_id == job_id).values(current_job_id=None)

@@ -10,12 +10,11 @@ from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain.keys import create_key
-from app.domain.states import JobStatus, StopReason
+from app.domain.states import JobStatus, RequeueCause, StopReason
 from app.domain.tables import Job, UsageSpan, Worker, utcnow
 from app.scheduler.claim import claim_next
 from app.scheduler.policy import Share, fair_order, priority_problem
 from app.scheduler.preempt import preempt_round
-from app.scheduler.preempt import requeue as preempt_requeue
 from app.schemas.job_spec import JobSpec
 
 
@@ -155,7 +154,7 @@ def test_a_job_far_above_the_running_one_preempts_it_and_it_resumes_same_attempt
     with session_scope() as session:
         victim = crud.get_job(session, low.id)
         assert victim is not None and victim.preempted_by == high
-        assert preempt_requeue(session, victim, "stopped after epoch 3 of 10")
+        assert crud.requeue(session, victim, RequeueCause.preempted, "stopped after epoch 3 of 10")
     first = claim()
     assert first is not None and first.id == high
     again = claim()
@@ -188,7 +187,7 @@ def test_a_lost_worker_after_a_preemption_request_is_a_new_attempt(db_env: dict[
     assert preempt() == 1
     with session_scope() as session:
         job = crud.get_job(session, low.id)
-        assert job is not None and crud.requeue(session, job, "worker lost")
+        assert job is not None and crud.requeue(session, job, RequeueCause.lost)
     with session_scope() as session:  # the high one is claimed first
         claim_next(session, "w1", 0, get_settings())
     resumed = claim()

@@ -10,7 +10,7 @@ import pytest
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
-from app.domain.states import JobStatus
+from app.domain.states import JobStatus, RequeueCause
 from app.schemas.job_spec import JobSpec
 from app.services.live_events import Cursor, Event, EventHub, read_new_events
 from tests.helpers import run_async
@@ -45,7 +45,7 @@ def requeue(job_id: str, keep_epochs: int) -> int:
     """A lost worker: back to queued, claimed again, rows after the checkpoint dropped."""
     with session_scope() as session:
         job = crud.get_job(session, job_id)
-        assert job is not None and crud.requeue(session, job, "worker lost")
+        assert job is not None and crud.requeue(session, job, RequeueCause.lost)
     attempt = claim(job_id)
     with session_scope() as session:
         assert epoch_rows.drop_metrics_after(session, job_id, attempt, keep_epochs) is not None

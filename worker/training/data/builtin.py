@@ -28,8 +28,8 @@ def load_idx_dataset(name: str, data_dir: Path) -> RawData:
 
 
 # scikit-learn ships digits as one CSV (64 pixels, then the label, per row). Reading the file
-# is what sklearn.datasets.load_digits does; importing scikit-learn to do it costs ~1.5 s of CPU
-# (SciPy comes with it) in every training process that trains on digits, and in every warm one.
+# is what sklearn.datasets.load_digits does; importing scikit-learn to do it imports SciPy with it,
+# in every training process that trains on digits, and in every warm one.
 DIGITS_CSV = ("datasets", "data", "digits.csv.gz")
 
 

@@ -284,8 +284,9 @@ class TFBackend:
         return [*self.optimizer.variables, *seeds]
 
     def save_checkpoint(self, directory: Path) -> None:
-        """Weights and state as arrays in one file: Keras' .weights.h5 writer costs several
-        times as much for a small model, paid every epoch (docs/benchmarks.md)."""
+        """Weights and state as arrays in one file: Keras' .weights.h5 writer walks the model's
+        layers and writes an HDF5 group and dataset per variable, a fixed cost per variable that
+        outweighs a small model's bytes, paid every epoch (figures: docs/benchmarks.md)."""
         weights = {f"w{i}": np.asarray(w.numpy()) for i, w in enumerate(self.model.weights)}
         state = {f"v{i}": np.asarray(v.numpy()) for i, v in enumerate(self._extra_state())}
         np.savez(directory / CHECKPOINT_FILE, **weights, **state)  # type: ignore[arg-type]
@@ -322,7 +323,7 @@ class TFBackend:
             self.streamed.close()
         if self.exchange is not None:
             self.exchange.barrier()
-        if not exiting:  # ~0.2 s that a training process about to exit need not spend
+        if not exiting:  # work that a training process about to exit need not do
             keras.backend.clear_session()
 
 

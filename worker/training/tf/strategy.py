@@ -16,7 +16,7 @@ from worker.training.tf.cluster import multi_worker
 
 # Forward FLOPs of one replica's step below which TensorFlow's CPU step may run faster on one
 # intra-op thread than on several: its ops are too small to pay for handing out their shards
-# on some CPUs (BENCHMARKS.md, "TensorFlow's step on one thread"), not on others; which, the
+# on some CPUs, not on others (docs/benchmarks.md, "The worker"); which, the
 # worker measures once per machine (worker.calibration). PyTorch's OpenMP pool gains from every
 # core even at batch 8, so only this back-end has such a floor.
 SHARED_STEP_FLOPS = 2**29

@@ -16,7 +16,7 @@ class Conv(Op):
     """A convolution over channels-last samples with `dims` spatial axes."""
 
     dims: ClassVar[int] = 2
-    xla_on_cpu: ClassVar[bool] = False  # XLA's CPU convolution gradients: BENCHMARKS.md
+    xla_on_cpu: ClassVar[bool] = False  # XLA's CPU convolution gradients: generic loops
     filters: int = Field(ge=1, le=1024, description="output channels")
     kernel_size: int = Field(3, ge=1, le=11, description="square (or length) of the window")
     stride: int = Field(1, ge=1, le=4, description="step of the window")
