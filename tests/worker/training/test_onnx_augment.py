@@ -93,6 +93,9 @@ def test_model_onnx_on_raw_images_equals_the_framework_on_prepared_ones(
         assert card["preprocess"][1]["size"] == [9, 12]  # the random crop's stand-in
         raw = image_rows(files, card["input"]["shape"][1:])  # as `epochal predict` reads them
         expected = backend.predict(data.held_out(raw))
+        x_val, _ = next(data.chunks("val", 0, 1))  # what validation scores: the same steps
+        raw_val, _ = data.raw_head("val", len(x_val))
+        assert x_val.shape[1:] == (8, 8, 3) and np.array_equal(x_val, data.held_out(raw_val))
     finally:
         backend.close()
     onnx_bytes = (model_dir / ONNX_FILE).read_bytes()
