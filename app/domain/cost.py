@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.schemas.augment import augmented_shape
 from app.schemas.dataset_spec import BUILTIN_SHAPES, model_input
 from app.schemas.graph import BuiltGraph
 from app.schemas.job_spec import JobSpec
@@ -99,8 +100,10 @@ def builtin_data(spec: JobSpec) -> DataShape | None:
 
 def graph_of(spec: JobSpec, data: DataShape) -> BuiltGraph:
     """The job's model built for its data (head included): what the estimate costs and what
-    the job resource summarizes (GraphError when it does not fit)."""
-    x = model_input(spec, data.sample_shape, data.vocab is not None, data.vocab)
+    the job resource summarizes (GraphError when it does not fit). The model reads samples
+    after dataset.augment's steps (a resize or a crop changes their shape)."""
+    shape = augmented_shape(spec.dataset.augment, data.sample_shape)
+    x = model_input(spec, shape, data.vocab is not None, data.vocab)
     return built_model(spec, x, data.outputs)
 
 

@@ -16,7 +16,7 @@ from app.domain.spec_paths import set_path
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.sweep_space import edge_values
 from app.domain.tables import ApiKey, Dataset, DatasetUpload, Job
-from app.schemas.augment import IN_MEMORY, augment_problem
+from app.schemas.augment import IN_MEMORY, augment_problem, augmented_shape
 from app.schemas.dataset_spec import model_input
 from app.schemas.job_spec import JobSpec
 from app.schemas.spec_graph import check_model_for_data
@@ -73,7 +73,8 @@ def problem_for_spec(session: Session, spec: JobSpec, key: Caller) -> str | None
         )
     if spec.dataset.augment and (why := _augment_problem(row, spec)) is not None:
         return why
-    x = model_input(spec, tuple(row.shape), row.vocab is not None, row.vocab)
+    shape = augmented_shape(spec.dataset.augment, tuple(row.shape))  # what the model reads
+    x = model_input(spec, shape, row.vocab is not None, row.vocab)
     if x.tokens and spec.dataset.normalize == "standard":
         return (
             f"dataset.normalize standard does not apply to {dataset_id}: it holds token ids, "

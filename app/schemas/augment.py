@@ -3,9 +3,10 @@
 Steps act on images (H, W, C), channels last; a data set of (H, W) samples is one channel. The
 random steps (random_crop, flip_horizontal) draw from the job's seed, the epoch and the sample's
 id only (worker.training.data.augment), so a resumed run and either framework see the same
-pixels. The deterministic steps (resize, center_crop, normalize) are also what evaluation and
-prediction apply (`eval_steps`). Each step says what it makes of an image's shape, so a spec
-whose sizes do not fit its data is refused at POST, naming the step.
+pixels. The deterministic steps (resize, center_crop, normalize) are also what evaluation
+applies and what model.onnx repeats on the raw rows it is given (`eval_steps`). Each step says
+what it makes of an image's shape, so a spec whose sizes do not fit its data is refused at
+POST, naming the step.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def split_steps(steps: Sequence[Step]) -> tuple[list[Step], list[Step]]:
 def eval_steps(steps: Sequence[Step], sample_shape: Sequence[int]) -> list[Step]:
     """What evaluation and prediction apply: the deterministic steps, and for a random crop
     that changes the shape a centre crop of its size, so the model sees what it trained on.
-    The model card records these (`[s.model_dump() for s in ...]`)."""
+    model.onnx carries these as its first nodes after the normalization, and the model card
+    lists them (`preprocess`)."""
     if not steps:
         return []
     kept: list[Step] = []
@@ -188,19 +190,6 @@ def eval_steps(steps: Sequence[Step], sample_shape: Sequence[int]) -> list[Step]
     return kept
 
 
-def prediction_problem(steps: Sequence[Step], sample_shape: Sequence[int]) -> str | None:
-    """Steps that prediction would have to repeat are refused until model.onnx carries them:
-    a model trained on resized or re-normalized images would otherwise be served raw ones."""
-    kept = eval_steps(steps, sample_shape)
-    if not kept:
-        return None
-    return (
-        f"dataset.augment: {', '.join(s.op for s in kept)} would also apply at prediction, "
-        "which model.onnx does not repeat yet; train on random_crop (the images' own size, "
-        "with padding) and flip_horizontal, with dataset.normalize for the pixels' scale"
-    )
-
-
 def augment_problem(
     steps: Sequence[Step], sample_shape: Sequence[int], tokens: bool = False
 ) -> str | None:
@@ -214,7 +203,7 @@ def augment_problem(
         augmented_shape(steps, sample_shape)
     except ValueError as exc:
         return str(exc)
-    return prediction_problem(steps, sample_shape)
+    return None
 
 
 IN_MEMORY = (

@@ -15,7 +15,6 @@ from app.schemas.augment import (
     AugmentStep,
     augmented_shape,
     image_shape,
-    prediction_problem,
 )
 from app.schemas.graph import TensorType
 from app.schemas.strict import StrictModel
@@ -91,9 +90,7 @@ class DatasetSpec(StrictModel):
         if self.augment and self.name in BUILTIN_SHAPES:
             shape = BUILTIN_SHAPES[self.name][0]
             augmented_shape(self.augment, shape)  # the sizes first: the most precise error
-            raise ValueError(
-                prediction_problem(self.augment, shape) or IN_MEMORY.format(what=self.name)
-            )
+            raise ValueError(IN_MEMORY.format(what=self.name))
         return self
 
 

@@ -2,9 +2,11 @@
 against the framework; its metadata names the job's parent) and model-card.json, all beside
 the framework's own model file.
 
-The parity check feeds ONNX Runtime raw rows (the held-out split, denormalized) and the
-framework the normalized ones; both run in float32 from the float32 weights, also for bf16 and
-fp16 jobs (whose master weights are float32), so the check measures the export, not rounding.
+The parity check feeds ONNX Runtime raw rows (the held-out split as stored, or denormalized
+when it is held in memory) and the framework the same rows as evaluation prepares them
+(normalized, and through dataset.augment's deterministic steps); both run in float32 from the
+float32 weights, also for bf16 and fp16 jobs (whose master weights are float32), so the check
+measures the export, not rounding.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from app.domain.job_files import CARD_FILE, ONNX_FILE
+from app.schemas.augment import Step, eval_steps
 from app.schemas.dataset_spec import class_labels
 from app.schemas.job_spec import JobSpec
 from worker.training.backend import Backend
@@ -63,26 +66,42 @@ def evaluate(spec: JobSpec, backend: Backend, splits: Splits) -> dict[str, Any]:
     return report
 
 
+def preprocess(spec: JobSpec, splits: Splits) -> list[Step]:
+    """dataset.augment's steps that model.onnx repeats on its raw rows (eval_steps)."""
+    return eval_steps(spec.dataset.augment, splits.raw_shape)
+
+
+def parity_rows(splits: Splits) -> tuple[np.ndarray, np.ndarray]:
+    """Up to PARITY_ROWS held-out rows twice: raw, as a user feeds model.onnx, and as the
+    framework reads them."""
+    stream = splits.stream
+    if stream is not None:
+        name = next((n for n in ("test", "val") if n in stream.parts), "train")
+        raw, _ = stream.raw_head(name, PARITY_ROWS)
+        return raw.astype(np.float32), stream.held_out(raw)
+    _, x, _ = held_out(splits)
+    batch = x[:PARITY_ROWS]
+    return (batch * splits.scale + splits.shift).astype(np.float32), batch
+
+
 def export_onnx(spec: JobSpec, backend: Backend, splits: Splits, directory: Path) -> dict[str, Any]:
     """Write directory/model.onnx once it matches the framework on up to PARITY_ROWS rows."""
     started = time.perf_counter()
-    weights, shape = backend.get_weights(), splits.input_shape
     model = build_onnx(
         spec,
-        weights,
-        shape,
+        backend.get_weights(),
+        splits.raw_shape,
         splits.outputs,
         splits.scale,
         splits.shift,
         splits.tokens,
         lineage=lineage(spec),
+        steps=preprocess(spec, splits),
     )
     data = model.SerializeToString()
-    _, x, _ = held_out(splits)
-    batch = x[:PARITY_ROWS]
-    raw = batch * splits.scale + splits.shift  # what the user would feed: unnormalized rows
+    raw, batch = parity_rows(splits)
     expected = backend.predict(batch)
-    got = run_onnx(data, raw.astype(np.float32))
+    got = run_onnx(data, raw)
     diff = float(np.max(np.abs(got - expected)))
     limit = PARITY_TOLERANCE * max(1.0, float(np.max(np.abs(expected))))
     if not diff <= limit:  # NaN fails too
@@ -120,10 +139,12 @@ def model_card(
         "input": {
             "name": INPUT,
             "dtype": "float32",
-            "shape": [None, *splits.input_shape],
+            "shape": [None, *splits.raw_shape],
             # a model over token ids: its inputs are whole numbers below vocab
             **({"vocab": splits.vocab} if splits.tokens else {}),
         },
+        # what model.onnx does to its input after the normalization, before the network
+        "preprocess": [step.model_dump(mode="json") for step in preprocess(spec, splits)],
         "output": {"name": output_name(spec.task), "shape": [None, splits.outputs]},
         "normalization": {
             "kind": spec.dataset.normalize,

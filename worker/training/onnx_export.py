@@ -5,7 +5,10 @@ Both back-ends hold the same variables in Keras layout and in the graph's order
 (app.schemas.graph) to emit itself, on channels-last tensors as the spec writes shapes; an op
 that ONNX defines channels first (Conv, the pools) transposes around itself. The graph takes
 RAW rows: its first nodes are the job's normalization, (x - shift) / scale in float32, then
-the reshape into the shape the graph reads ((H, W) images gain their channel axis).
+dataset.augment's deterministic steps (app.schemas.augment.eval_steps: resize, centre crop,
+per-channel normalize, each op's nodes from worker.training.data.augment), then the reshape
+into the shape the graph reads ((H, W) images gain their channel axis). So an image data set's
+model takes images at their stored size, pixels as stored, as evaluation reads them.
 
 The file names where its first weights came from in its metadata_props (`lineage_props`), so a
 model.onnx copied away from the service still says which job it was warm-started from or
@@ -14,19 +17,21 @@ continues.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from app.schemas.augment import Step
 from app.schemas.dataset_spec import model_input
 from app.schemas.graph import INPUT as GRAPH_INPUT
 from app.schemas.graph import BuiltGraph
 from app.schemas.graph.kits import OnnxKit, OnnxValue
 from app.schemas.job_spec import JobSpec
 from app.schemas.spec_graph import built_model
+from worker.training.data.augment import augment_onnx
 
 OPSET = 17
 IR_VERSION = 8  # what opset 17 came with: every onnxruntime that runs opset 17 loads it
@@ -90,16 +95,19 @@ def build_onnx(
     shift: np.ndarray,
     tokens: bool = False,
     lineage: dict[str, Any] | None = None,
+    steps: Sequence[Step] = (),
 ) -> onnx.ModelProto:
-    """The whole model, raw rows in; `weights` in Keras layout and graph order (get_weights()).
-    Token ids come in as float32 too (the graph's embedding casts them), so every model.onnx
-    takes the same input whatever its data. `lineage`: the job's (worker.training.warm_start),
-    written into the metadata."""
-    graph = built_model(spec, model_input(spec, row_shape, tokens), outputs)
+    """The whole model, raw rows of `row_shape` in; `weights` in Keras layout and graph order
+    (get_weights()). Token ids come in as float32 too (the graph's embedding casts them), so
+    every model.onnx takes the same input whatever its data. `lineage`: the job's
+    (worker.training.warm_start), written into the metadata. `steps`: the deterministic
+    augmentation steps (eval_steps), applied after the normalization."""
     g = GraphBuilder()
     shifted = g.op("Sub", [INPUT, g.const(np.asarray(shift, np.float32), "shift")])
     x = g.op("Div", [shifted, g.const(np.asarray(scale, np.float32), "scale")])
-    if graph.input.shape != tuple(row_shape):
+    x, shape = augment_onnx(g, x, steps, row_shape)
+    graph = built_model(spec, model_input(spec, shape, tokens), outputs)
+    if graph.input.shape != shape:
         x = g.op("Reshape", [x, g.const(np.array([-1, *graph.input.shape], np.int64), "shape")])
     out = output_name(spec.task)
     g.op("Identity", [_emit(g, graph, x, weights)], out)

@@ -22,6 +22,7 @@ from app.core.config import get_settings
 from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles, job_key
 from app.domain.states import JobStatus
 from app.domain.tables import Dataset, Job
+from app.schemas.augment import augmented_shape
 from app.schemas.dataset_spec import input_shape_and_classes
 from app.schemas.job_spec import JobSpec
 from app.schemas.resources import ArtifactPublic, ArtifactsPublic
@@ -102,7 +103,8 @@ def _model_io(session: SessionDep, job: Job) -> tuple[list[int] | None, int | No
     row = session.get(Dataset, spec.dataset.id) if spec.dataset.id else None
     if row is None:  # the upload was deleted after the job finished
         return None, None
-    return list(row.shape), (row.classes or 1) if spec.task == "classification" else 1
+    shape = augmented_shape(spec.dataset.augment, tuple(row.shape))  # what the model reads
+    return list(shape), (row.classes or 1) if spec.task == "classification" else 1
 
 
 @router.get("/{job_id}/artifacts", response_model=ArtifactsPublic, operation_id="get_artifacts")

@@ -1,16 +1,20 @@
 """dataset.augment at POST: sizes that do not fit the data, normalize's channels and data that
 are no images are 422s naming the problem; the steps split into train-only and the
-deterministic ones evaluation and prediction keep."""
+deterministic ones evaluation and prediction keep (model.onnx repeats them, so none is refused
+for that)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 
+from app.core.config import get_settings
 from app.schemas.augment import (
     AugmentStep,
     augment_problem,
@@ -18,7 +22,9 @@ from app.schemas.augment import (
     eval_steps,
     split_steps,
 )
+from app.services.dataset_ingest import run_ingest
 from tests.conftest import make_key
+from tests.shard_data import image_bytes, write_image_folder
 
 STEPS = TypeAdapter(list[AugmentStep])
 
@@ -53,8 +59,8 @@ BAD: list[tuple[list[dict[str, Any]], dict[str, Any], str, str]] = [
      "dataset.augment needs images: samples of shape (H, W) or (H, W, C)"),
     ([{"op": "blur"}], {}, "dataset.augment.0", "'blur'"),
     ([{"op": "flip_horizontal", "p": 2}], {}, "dataset.augment.0.flip_horizontal.p", "1"),
-    ([{"op": "resize", "size": 32}], {}, "dataset",
-     "dataset.augment: resize would also apply at prediction, which model.onnx does not repeat"),
+    ([{"op": "resize", "size": 32}, {"op": "center_crop", "size": 24}], {}, "dataset",
+     "dataset.augment applies to sharded data sets"),
     ([{"op": "random_crop", "size": 28, "padding": 4}, {"op": "flip_horizontal"}], {}, "dataset",
      "dataset.augment applies to sharded data sets (`epochal datasets add`, or `datasets upload "
      "--resumable`); fashion_mnist is held in memory"),
@@ -80,9 +86,7 @@ def test_a_data_set_looked_up_later_is_checked_by_its_shape() -> None:
     crop = STEPS.validate_python([{"op": "center_crop", "size": 64}])
     flip = STEPS.validate_python([{"op": "flip_horizontal"}])
     assert augment_problem(flip, (96, 128, 3)) is None
-    assert "center_crop would also apply at prediction" in (
-        augment_problem(crop, (96, 128, 3)) or ""
-    )
+    assert augment_problem(crop, (96, 128, 3)) is None  # model.onnx repeats it at prediction
     assert augment_problem([], (40,), tokens=True) is None
     assert augment_problem(crop, (40,), tokens=True) == (
         "dataset.augment needs images; this data set holds token ids"
@@ -113,3 +117,36 @@ def test_train_only_and_deterministic_steps() -> None:
         {"op": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.2, 0.2]},
     ]
     assert eval_steps([], (28, 28)) == []
+
+
+def test_deterministic_steps_on_a_sharded_image_folder_are_accepted(
+    sqlite_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """resize, a shape-changing crop and normalize on an image folder: accepted (model.onnx
+    repeats them), and the model is built for the images they make, not the stored ones."""
+    from app.main import create_app
+
+    rng = np.random.default_rng(1)
+    pixels = [image_bytes(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)) for _ in range(4)]
+    folder = write_image_folder(tmp_path / "data" / "pics", {"a": pixels, "b": pixels})
+    monkeypatch.setenv("EPOCHAL_DATA_ROOTS", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    augment = [
+        {"op": "resize", "size": 10},
+        {"op": "random_crop", "size": 9, "padding": 2},
+        {"op": "center_crop", "size": 8},
+        {"op": "normalize", "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]},
+    ]
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('augmenter')}"
+        added = client.post("/v1/datasets/references", json={"source": str(folder)}).json()
+        assert run_ingest(added["id"]) == "ready"
+        body = {
+            "framework": "pytorch",
+            "dataset": {"id": added["id"], "normalize": "unit", "augment": augment},
+            "model": {"type": "cnn", "conv_channels": [4], "dense_units": [8]},
+        }
+        response = client.post("/v1/jobs", json=body)
+        assert response.status_code == 201, response.text[:400]
+        first = response.json()["model_summary"]["layers"][0]
+        assert first["output_shape"][:2] == [8, 8]  # 12x16 -> 10x13 -> 9x9 -> 8x8

@@ -149,9 +149,18 @@ class StreamedData:
 
     def head(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """The first `rows` samples of a split, prepared (a report's or a check's sample)."""
-        part = self.parts[split]
-        x, y = self._reader(split).read_range(part.start, min(part.start + rows, part.stop))
+        x, y = self.raw_head(split, rows)
         return self.held_out(x), y
+
+    def raw_head(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first `rows` samples of a split as stored: what model.onnx is fed."""
+        part = self.parts[split]
+        return self._reader(split).read_range(part.start, min(part.start + rows, part.stop))
+
+    @property
+    def raw_shape(self) -> tuple[int, ...]:
+        """One sample's shape as stored (before dataset.augment's steps)."""
+        return tuple(self.index.schema.x_shape)
 
     def _reader(self, split: str) -> ShardReader:
         part = self.parts[split]

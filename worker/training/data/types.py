@@ -29,6 +29,13 @@ class StreamSource(Protocol):
         """Rank `rank`'s normalized chunks of a held-out split."""
 
     def head(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def raw_head(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def held_out(self, x: np.ndarray) -> np.ndarray: ...
+
+    @property
+    def raw_shape(self) -> tuple[int, ...]:
+        """One sample's shape as stored, before dataset.augment."""
+
     def normalize(self, x: np.ndarray) -> np.ndarray: ...
     def prepare(self, x: np.ndarray, ids: np.ndarray, epoch: int) -> np.ndarray: ...
     def close(self) -> None: ...
@@ -65,7 +72,13 @@ class Splits:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
+        """One sample as the model reads it (after dataset.augment's steps)."""
         return tuple(self.x_train.shape[1:])
+
+    @property
+    def raw_shape(self) -> tuple[int, ...]:
+        """One sample as stored: what model.onnx and /predict take."""
+        return self.stream.raw_shape if self.stream is not None else self.input_shape
 
     @property
     def tokens(self) -> bool:

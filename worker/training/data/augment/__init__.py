@@ -1,5 +1,6 @@
 """Image augmentation in numpy, one module per op (see registry): what `dataset.augment`
-describes, applied to a batch the same way whatever the framework, the batch or a resume."""
+describes, applied to a batch the same way whatever the framework, the batch or a resume; and
+the deterministic steps as model.onnx's nodes (`augment_onnx`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.schemas.augment import Step, image_shape
+from app.schemas.augment import Step, augmented_shape, image_shape
+from app.schemas.graph.kits import OnnxKit
 from worker.training.data.augment.base import Draws
-from worker.training.data.augment.registry import OPS
+from worker.training.data.augment.registry import EXPORTS, OPS
 
 
 def augment_batch(
@@ -31,4 +33,26 @@ def augment_batch(
     return images[..., 0] if gray else images
 
 
-__all__ = ["augment_batch"]
+def augment_onnx(
+    g: OnnxKit, x: str, steps: Sequence[Step], sample_shape: Sequence[int]
+) -> tuple[str, tuple[int, ...]]:
+    """The deterministic steps as nodes on `x`, float32 rows of `sample_shape` (a batch axis
+    first): the output's name and its rows' shape, as augment_batch's (gray stays (H, W))."""
+    if not steps:
+        return x, tuple(sample_shape)
+    shape = image_shape(sample_shape)
+    gray = len(sample_shape) == 2
+    if gray:
+        x = g.op("Reshape", [x, g.const(np.array([-1, *shape], np.int64), "image_shape")])
+    for step in steps:
+        if step.op not in EXPORTS:
+            raise ValueError(f"{step.op} draws random numbers: model.onnx does not repeat it")
+        x = EXPORTS[step.op](g, x, step, shape)
+        shape = step.output(shape)
+    out = augmented_shape(steps, sample_shape)
+    if gray:
+        x = g.op("Reshape", [x, g.const(np.array([-1, *out], np.int64), "rows_shape")])
+    return x, out
+
+
+__all__ = ["augment_batch", "augment_onnx"]

@@ -11,12 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from app.schemas.augment import Step
+from app.schemas.augment import Shape, Step
+from app.schemas.graph.kits import OnnxKit
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 M1, M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 DRAWS_PER_STEP = 16  # the draws one step may make for each sample
 Apply = Callable[[np.ndarray, Any, "Draws"], np.ndarray]
+# (kit, channels-last float tensor, step, its images' (H, W, C)) -> the step's output tensor
+Emit = Callable[[OnnxKit, str, Any, Shape], str]
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -60,4 +63,4 @@ def crop(x: np.ndarray, top: np.ndarray, left: np.ndarray, size: tuple[int, int]
     return x[n, rows[:, :, None], cols[:, None, :]]
 
 
-__all__ = ["Apply", "Draws", "Step", "crop"]
+__all__ = ["Apply", "Draws", "Emit", "Step", "crop"]

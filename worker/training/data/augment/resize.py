@@ -1,12 +1,14 @@
 """resize: bilinear, sampled at pixel centres without antialiasing (the convention of torch's
 interpolate with align_corners=False and ONNX Resize's half_pixel, so an exported model can
-redo it), float32. One size scales the shorter side (see app.schemas.augment.Resize)."""
+redo it: the opset model.onnx uses predates Resize's antialias), float32. One size scales the
+shorter side (see app.schemas.augment.Resize)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from app.schemas.augment import Resize, image_shape
+from app.schemas.augment import Resize, Shape, image_shape
+from app.schemas.graph.kits import OnnxKit
 from worker.training.data.augment.base import Draws
 
 OP = "resize"
@@ -31,3 +33,29 @@ def apply(x: np.ndarray, step: Resize, draws: Draws) -> np.ndarray:
     x0, x1, wx = _taps(x.shape[2], width)
     rows = x[:, y0] * (1 - wy)[:, None, None] + x[:, y1] * wy[:, None, None]
     return rows[:, :, x0] * (1 - wx)[:, None] + rows[:, :, x1] * wx[:, None]
+
+
+def onnx(g: OnnxKit, x: str, step: Resize, shape: Shape) -> str:
+    """ONNX Resize (linear, half_pixel) to the step's size, channels first around it: its
+    `sizes` are the batch's own length and the fixed rest, so any batch size goes through."""
+    height, width, channels = step.output(shape)
+    if (height, width) == shape[:2]:
+        return x
+    first = g.channels_first(x, 4)
+    batch = g.op(
+        "Slice",
+        [
+            g.op("Shape", [first]),
+            g.const(np.array([0], np.int64), "batch_start"),
+            g.const(np.array([1], np.int64), "batch_end"),
+        ],
+    )
+    rest = g.const(np.array([channels, height, width], np.int64), "resize_to")
+    sizes = g.op("Concat", [batch, rest], axis=0)
+    resized = g.op(
+        "Resize",
+        [first, "", "", sizes],
+        mode="linear",
+        coordinate_transformation_mode="half_pixel",
+    )
+    return g.channels_last(resized, 4)
