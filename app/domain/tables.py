@@ -302,7 +302,7 @@ class EpochStat(Base):
 
 
 class SchedulerStat(Base):
-    """Running totals of the scheduler per series and bucket (app.domain.scheduler_stats keeps them)."""
+    """Running totals of the scheduler per series and bucket (app.domain.scheduler_stats)."""
 
     __tablename__ = "scheduler_stat"
 
