@@ -9,7 +9,7 @@ checkpoint: a local copy whose files match the set's sha256 (one it staged or fe
 the local-disk cache), else the set downloaded and checked against its manifest. When any rank
 could not, rank 0 names the one before it; when none is left, every rank starts over together.
 So nodes whose artifacts directories are their own, with no store between them, share no
-checkpoint: a gang resumes across boxes through a store (EPOCHAL_STORE_URL).
+checkpoint: a gang resumes across machines through a store (EPOCHAL_STORE_URL).
 """
 
 from __future__ import annotations
