@@ -1,8 +1,9 @@
 """One job over several workers: two `epochal worker` processes, each with its own home, on
 PostgreSQL + Redis; a 2-node PyTorch job (gloo on CPU) waits holding nothing while only one
 worker is free, starts when a second comes, and trains like one worker's two replicas; so does
-a 2-node TensorFlow job (MultiWorkerMirroredStrategy) on the same workers; on one shared
-artifacts directory (production's storage) both nodes use one job folder."""
+a 2-node TensorFlow job (MultiWorkerMirroredStrategy) on the same workers; a gang that loses a
+member resumes from a store in neither worker's home; on one shared artifacts directory both
+nodes use one job folder."""
 
 from __future__ import annotations
 
