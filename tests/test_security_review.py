@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "app").rglob("*.py")) + sorted((ROOT / "worker").rglob("*.py"))
 UNSAFE_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "shelve", "marshal", "joblib"}
 # torch.distributed's object collectives pickle what they send and unpickle what they get: a
-# gang's node would run what another sends (its checkpoint hand-over sends bytes instead).
+# gang's node would run what another sends (its nodes read checkpoints from the store).
 OBJECT_COLLECTIVES = {
     "broadcast_object_list",
     "all_gather_object",

@@ -1,12 +1,14 @@
 """One job over several workers: two `epochal worker` processes, each with its own home, on
 PostgreSQL + Redis; a 2-node PyTorch job (gloo on CPU) waits holding nothing while only one
 worker is free, starts when a second comes, and trains like one worker's two replicas; so does
-a 2-node TensorFlow job (MultiWorkerMirroredStrategy) on the same workers; on one shared
-artifacts directory (production's storage) both nodes use one job folder."""
+a 2-node TensorFlow job (MultiWorkerMirroredStrategy) on the same workers; a gang that loses a
+member resumes from a store in neither worker's home; on one shared artifacts directory both
+nodes use one job folder."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -28,6 +30,7 @@ from tests.helpers import (
     wait_for_status,
     wait_until,
 )
+from tests.storage_server import BUCKET, CREDENTIALS, SeaweedServer
 
 pytestmark = [
     pytest.mark.e2e,
@@ -215,17 +218,38 @@ def a_cancel_mid_epoch_stops_both_nodes_together(client: httpx.Client) -> None:
     )
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def store_settings(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """A store every worker reaches and none holds in its home: a directory of its own, or a
+    prefix in SeaweedFS (S3) with the standard AWS variables."""
+    if kind == "directory":
+        return {"EPOCHAL_STORE_URL": (tmp_path / "store").as_uri()}
+    seaweed: SeaweedServer = request.getfixturevalue("seaweed")
+    return {
+        "EPOCHAL_STORE_URL": f"s3://{BUCKET}/gang-{secrets.token_hex(4)}",
+        "EPOCHAL_STORE_ENDPOINT": seaweed.endpoint,
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        **CREDENTIALS,
+    }
+
+
+@pytest.mark.parametrize(("framework", "store"), [("pytorch", "s3"), ("tensorflow", "directory")])
 def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     service: Service,
     client: httpx.Client,
-    start_worker: Callable[[str, Path], None],
+    start_worker: Callable[..., None],
     tmp_path: Path,
+    request: pytest.FixtureRequest,
     framework: str,
+    store: str,
 ) -> None:
+    """Workers with homes of their own and a store in none of them: the gang re-forms on the
+    survivor and a new worker, and every node takes the checkpoint from the store (or, where
+    its own copy matches the set's checksums, from its disk). Nothing goes node to node."""
+    settings = store_settings(store, request, tmp_path)
     names = {"p": tmp_path / "p", "q": tmp_path / "q"}
     for name, home in names.items():
-        start_worker(name, home)
+        start_worker(name, home, **settings)
     wait_until(lambda: len(live_workers(client)) >= 2, 60, "two workers to register")
     epochs = 12
     job = submit(client, epochs, framework, nodes=2)
@@ -238,7 +262,7 @@ def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     }
     (member,) = ranks  # the worker whose node is rank 1
     service.stop(member, signal.SIGKILL)  # the worker, its supervisor and (by its death) its child
-    start_worker("r", tmp_path / "r")  # the gang re-forms on the survivor and this one
+    start_worker("r", tmp_path / "r", **settings)  # the gang re-forms on the survivor and r
     done = wait_for_status(client, job, {"succeeded", "failed", "cancelled"}, 300)
     assert done["status"] == "succeeded", (done["error"], done["transitions"])
     assert done["attempt"] == 2, done["transitions"]  # re-queued once, as a whole gang

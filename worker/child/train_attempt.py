@@ -28,12 +28,12 @@ from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
 from worker.training.checkpoint import Checkpointer
-from worker.training.checkpoint_share import share_newest
 from worker.training.checkpoint_upload import StoreCheckpoints, for_job
 from worker.training.data import DataError, Splits, load_splits
 from worker.training.disk import undone_if_full
 from worker.training.early_stopping import EarlyStopping
 from worker.training.evaluation import accuracy_gap_warnings
+from worker.training.gang_resume import resume
 from worker.training.input_bottleneck import InputBottleneck
 from worker.training.loop import fit
 from worker.training.model_card import ExportError, evaluate, export_onnx, model_card, write_card
@@ -178,8 +178,6 @@ def train(
             return Outcome.failure(ErrorCode.invalid_data, str(exc))
     with phase(timings, "build_s"):
         backend = create_backend(spec, splits, placement)
-    if placement.replicas > spec.resources.replica_count:  # a gang: a node may have its own
-        share_newest(JobFiles(workdir).checkpoints, backend, placement.rank)
     record: list[Callback] = []
     # Only the main rank reports: global rank 0, on a gang's node 0, whose files are the job's.
     progress = (
@@ -192,8 +190,9 @@ def train(
     store = for_job(job_id, workdir)  # None with the default store: the staging is the store
     try:
         with progress:
+            gang = placement.replicas > spec.resources.replica_count  # nodes of their own
             outcome = run_attempt(
-                spec, workdir, backend, splits, state, record, timings, job_id, store
+                spec, workdir, backend, splits, state, record, timings, job_id, store, gang
             )
     finally:
         backend.close(exiting=True)  # this process ends with the attempt (worker.child.launch)
@@ -227,13 +226,17 @@ def run_attempt(
     timings: dict[str, float] | None = None,
     job_id: str | None = None,
     store: StoreCheckpoints | None = None,
+    gang: bool = False,
 ) -> Outcome:
     """Resume from the latest checkpoint in workdir if any, fit, then checkpoint and export
     (the framework's model file, model.onnx and model-card.json, named for job_id). With a
     store, checkpoints are uploaded beside training and the model is put there before the
-    attempt can succeed; a resume first brings the store's newest checkpoint into workdir."""
+    attempt can succeed; a resume first brings the store's newest checkpoint into workdir.
+    A gang's ranks (nodes of their own) resume from the checkpoint they agree on."""
     try:
-        return _run_attempt(spec, workdir, backend, splits, state, record, timings, job_id, store)
+        return _run_attempt(
+            spec, workdir, backend, splits, state, record, timings, job_id, store, gang
+        )
     finally:
         if store is not None:
             store.close()
@@ -249,6 +252,7 @@ def _run_attempt(
     timings: dict[str, float] | None,
     job_id: str | None,
     store: StoreCheckpoints | None,
+    gang: bool,
 ) -> Outcome:
     timings = {} if timings is None else timings
     validate = splits.has_val
@@ -266,7 +270,7 @@ def _run_attempt(
     checkpointer.watch(callbacks)
     if why := adopt_parent_checkpoint(spec, workdir):  # a job that continues another
         return Outcome.failure(ErrorCode.invalid_config, why)
-    if checkpointer.restore(state):
+    if resume(checkpointer, state, store, gang):
         log.info("resuming from the checkpoint of epoch %d", state.epoch)
     elif why := load_init(spec, backend, splits, workdir):  # a fresh start from another job
         return Outcome.failure(ErrorCode.invalid_config, why)

@@ -88,9 +88,6 @@ class Backend(Protocol):
     def agree(self, value: int) -> int:
         """The largest value any rank holds, on every rank (so no rank decides alone)."""
 
-    def broadcast(self, payload: bytes, source: int) -> bytes:
-        """Rank `source`'s bytes, on every rank (a checkpoint another node lacks)."""
-
     def close(self, exiting: bool = False) -> None:
         """Leave the process group; free the framework's state unless the process ends now."""
 

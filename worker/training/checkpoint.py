@@ -173,6 +173,12 @@ class Checkpointer(Callback):
             return True
         return False
 
+    def load(self, checkpoint: Path, state: TrainState) -> None:
+        """Load exactly `checkpoint` (a gang's agreed one, worker.training.gang_resume): no
+        fetch and no older one instead, so every rank resumes from the same checkpoint."""
+        self.backend.load_checkpoint(checkpoint)
+        self._load_state(checkpoint, state)
+
     def _load_state(self, latest: Path, state: TrainState) -> None:
         saved = json.loads((latest / LOOP_STATE).read_text())
         state.epoch, state.global_step = saved["epoch"], saved["global_step"]

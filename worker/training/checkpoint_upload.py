@@ -152,29 +152,31 @@ class StoreCheckpoints:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             deadline = time.monotonic() + self.wait_seconds
             local = latest_epoch(root)
-            manifests = self._retried(lambda: list(self.sets.manifests()), deadline, "list")
+            manifests = self.retried(lambda: list(self.sets.manifests()), deadline, "list")
             for manifest in manifests:  # newest first
                 if manifest.epoch <= local:
                     return
-                if self._fetch(root, manifest, deadline):
+                if self.fetch(root, manifest, deadline) is not None:
                     return
 
-    def _fetch(self, root: Path, manifest: Manifest, deadline: float) -> bool:
+    def fetch(self, root: Path, manifest: Manifest, deadline: float) -> Path | None:
+        """Download the set into `root`, checked against its sha256, as its `latest`; the
+        checkpoint's folder, or None if a part is missing or fails its checksum."""
         tmp = root / f".fetch-{manifest.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            got = self._retried(lambda: self.sets.download(manifest.name, tmp), deadline, "get")
+            got = self.retried(lambda: self.sets.download(manifest.name, tmp), deadline, "get")
             if got is None:
                 log.warning("checkpoint %s in the store fails its checksums or lacks a part; "
                             "trying an older one", manifest.name)  # fmt: skip
-                return False
-            install(root, tmp, checkpoint_dir_name(manifest.epoch))
+                return None
+            final = install(root, tmp, checkpoint_dir_name(manifest.epoch))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         log.info(
             "took the checkpoint of epoch %d from the store (%s)", manifest.epoch, self.store.url
         )
-        return True
+        return final
 
     def drain(self, seconds: float) -> bool:
         """Wait up to `seconds` until no checkpoint is uploading or waiting; whether none is."""
@@ -200,7 +202,7 @@ class StoreCheckpoints:
                 continue
             key = model_key(self.job_id, name)
             try:
-                self._retried(lambda: self.store.put_file(key, path), deadline, "put")  # noqa: B023
+                self.retried(lambda: self.store.put_file(key, path), deadline, "put")  # noqa: B023
             except StoreError as exc:
                 return (
                     f"the artifact store ({self.store.url}) did not take {name} within "
@@ -276,7 +278,7 @@ class StoreCheckpoints:
         except StoreError as exc:  # the next checkpoint prunes again, or the cleaner does
             log.warning("old checkpoints not pruned from the store: %s", exc)
 
-    def _retried(self, call: Callable[[], T], deadline: float, what: str) -> T:
+    def retried(self, call: Callable[[], T], deadline: float, what: str) -> T:
         """`call()`, tried again after a backoff while the store is unavailable, until
         `deadline` (time.monotonic()); the last StoreUnavailable then."""
         backoff = Backoff()

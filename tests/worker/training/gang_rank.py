@@ -2,9 +2,9 @@
 
 One rank of a gang's process group, joined the way a gang's training process joins it
 (worker.training.torch.distributed.setup, its secret from EPOCHAL_GANG_SECRET). It writes
-FOLDER/joined-RANK once in the group, waits for FOLDER/go, then sends rank 0's bytes to every
-rank with pickle turned off (torch.distributed's object collectives pickle) and writes what it
-got to FOLDER/got-RANK.
+FOLDER/joined-RANK once in the group, waits for FOLDER/go, then agrees on the largest of the
+ranks' numbers with pickle turned off (torch.distributed's object collectives pickle) and writes
+what it got to FOLDER/got-RANK.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from worker.protocol import DDP_INIT_ENV
 from worker.training.backend import Placement
 from worker.training.torch import distributed
 
-PAYLOAD = bytes(range(256)) * 3 + b"tail"  # no whole number of words
+OFFSET = 40  # rank r brings OFFSET + r: every rank gets OFFSET + the last rank
 
 
 def no_pickle(*_args: Any, **_kwargs: Any) -> Any:
@@ -39,9 +39,8 @@ def main(rank: int, world: int, init: str, folder: Path) -> None:
     # Every object collective goes through these two (pickle.Pickler and Unpickler).
     c10d._object_to_tensor = c10d._tensor_to_object = no_pickle
     dist.broadcast_object_list = no_pickle
-    got = distributed.broadcast_bytes(PAYLOAD if rank == 0 else b"", 0, placement)
-    empty = distributed.broadcast_bytes(b"", 1, placement)
-    (folder / f"got-{rank}").write_bytes(got if empty == b"" else b"")
+    got = distributed.max_all(OFFSET + rank, placement)
+    (folder / f"got-{rank}").write_text(str(got))
     distributed.shutdown(placement)
 
 

@@ -49,14 +49,12 @@ def fixed_weights(like: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def exchange(backend: Backend, rank: int, nodes: int) -> None:
-    """A gang's cross-node exchanges: the largest value, the sums of numbers (a streamed
-    epoch's input counts), and the last node's bytes."""
+    """A gang's cross-node exchanges: the largest value and the sums of numbers (a streamed
+    epoch's input counts). No bytes go node to node: a checkpoint comes from the store."""
     assert backend.agree(rank) == nodes - 1
     summed = backend.sum_all([rank + 1, 2**40, 7])  # type: ignore[attr-defined]
     assert summed == [nodes * (nodes + 1) // 2, nodes * 2**40, 7 * nodes], summed
-    payload = bytes(range(256)) * 3 + b"tail"  # not a whole number of words
-    mine = payload if rank == nodes - 1 else b""
-    assert backend.broadcast(mine, nodes - 1) == payload
+    assert not hasattr(backend, "broadcast")
 
 
 def main(framework: str, replicas: int, rank: int, out: str) -> None:

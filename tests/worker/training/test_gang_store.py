@@ -1,5 +1,5 @@
-"""A gang's rendezvous: only holders of the attempt's secret may read or write it, and one
-node's bytes reach the others as plain bytes, never pickled.
+"""A gang's rendezvous: only holders of the attempt's secret may read or write it, and the
+ranks' collectives go on without pickle.
 
 Two real gloo ranks join the way a gang's training processes do (tests/worker/training/
 gang_rank.py); a stranger on the same network then tries what reached PyTorch's TCPStore:
@@ -19,7 +19,7 @@ import pytest
 import torch.distributed as dist
 
 from tests.helpers import ROOT, scaled, wait_until
-from tests.worker.training.gang_rank import PAYLOAD
+from tests.worker.training.gang_rank import OFFSET
 from worker.protocol import GANG_SECRET_ENV
 from worker.supervisor import gang_port
 from worker.training.torch import gang_store
@@ -65,8 +65,8 @@ def test_two_ranks_meet_and_a_stranger_can_neither_read_nor_write(tmp_path: Path
         holder.close()
         for rank in ranks:
             rank.kill()
-    for index in (0, 1):  # the bytes came through whole, and pickle was never used
-        assert (tmp_path / f"got-{index}").read_bytes() == PAYLOAD
+    for index in (0, 1):  # both agreed, and pickle was never used
+        assert (tmp_path / f"got-{index}").read_text() == str(OFFSET + 1)
 
 
 def test_a_rank_without_the_secret_cannot_join(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def run(framework: str, replicas: int, tmp_path: Path, nodes: int = 1) -> dict[s
 )
 def test_two_replicas_take_the_same_step_as_one(framework: str, nodes: int, tmp_path: Path) -> None:
     """Two replicas in one process or over two nodes (MultiWorkerMirroredStrategy, which also
-    agrees on a value, sums numbers and sends one node's bytes to the other first)."""
+    agrees on a value and sums numbers first)."""
     one, two = run(framework, 1, tmp_path), run(framework, 2, tmp_path, nodes)
     weights = sorted(k for k in one if k.startswith("w"))
     assert weights and weights == sorted(k for k in two if k.startswith("w"))

@@ -314,10 +314,6 @@ class TFBackend:
         """Each of this node's numbers summed over the gang's nodes (a node's own alone)."""
         return self.exchange.sum_all(values) if self.exchange else values
 
-    def broadcast(self, payload: bytes, source: int) -> bytes:  # only a gang has others
-        mine = self.placement.rank == source
-        return self.exchange.broadcast(payload, mine) if self.exchange else payload
-
     def close(self, exiting: bool = False) -> None:
         if self.streamed is not None:
             self.streamed.close()

@@ -1,5 +1,5 @@
 """A TensorFlow job over a gang's nodes: MultiWorkerMirroredStrategy from a TF_CONFIG, and the
-cross-node exchanges the loop needs (the largest value, one node's bytes, leaving together)."""
+cross-node exchanges the loop needs (the largest value, sums, leaving together)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import os
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from worker.training.backend import Placement
@@ -45,9 +44,9 @@ def multi_worker(placement: Placement) -> tf.distribute.Strategy:
 
 
 class Exchange:
-    """The gang's cross-node exchanges, on every node: the largest value any node holds, one
-    node's bytes, and a barrier. Each node makes the same calls in the same order
-    (collectives match by order)."""
+    """The gang's cross-node exchanges, on every node: the largest value any node holds,
+    numbers summed over the nodes, and a barrier. Each node makes the same calls in the same
+    order (collectives match by order)."""
 
     def __init__(self, strategy: tf.distribute.Strategy, nodes: int) -> None:
         self.strategy, self.nodes = strategy, nodes
@@ -72,18 +71,6 @@ class Exchange:
         gathered = self._gather(tf.constant(values, tf.int64)).numpy().reshape(-1, len(values))
         per_node = len(gathered) // self.nodes
         return [int(v) for v in gathered[::per_node].sum(axis=0)]
-
-    def broadcast(self, payload: bytes, mine: bool) -> bytes:
-        """The bytes of the one node where `mine` is true: a SUM of int32 words to which every
-        other node adds zeros (exact), after agreeing on the length. Rare (a checkpoint a
-        re-formed gang lacks), so eager."""
-        size = self.max_all(len(payload) if mine else 0)
-        words = np.zeros(-(-size // 4), np.int32)
-        if mine:
-            words.view(np.uint8)[:size] = np.frombuffer(payload, np.uint8)
-        local = tf.constant(words)
-        summed = self.strategy.reduce("SUM", self.strategy.run(lambda: tf.identity(local)), None)
-        return np.asarray(summed.numpy(), np.int32).tobytes()[:size]
 
     def barrier(self) -> None:
         """Nodes leave together: node 0 may still be exporting the model when the others are

@@ -272,9 +272,6 @@ class TorchBackend:
     def agree(self, value: int) -> int:
         return distributed.max_all(value, self.placement)
 
-    def broadcast(self, payload: bytes, source: int) -> bytes:
-        return distributed.broadcast_bytes(payload, source, self.placement)
-
     def close(self, exiting: bool = False) -> None:
         if self.streamed is not None:
             self.streamed.close()

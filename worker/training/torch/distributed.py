@@ -87,26 +87,6 @@ def max_all(value: int, placement: Placement) -> int:
     return int(tensor.item())
 
 
-def broadcast_bytes(payload: bytes, source: int, placement: Placement) -> bytes:
-    """Rank `source`'s bytes on every rank, as plain bytes: its length, then a uint8 tensor
-    of that length (nothing is unpickled: a peer's payload is data, never code)."""
-    if placement.replicas == 1:
-        return payload
-    device = torch.device(f"cuda:{placement.gpus[0]}") if placement.gpus else torch.device("cpu")
-    mine = placement.rank == source
-    size = torch.tensor([len(payload) if mine else 0], dtype=torch.int64, device=device)
-    dist.broadcast(size, src=source)
-    length = int(size.item())
-    if mine or not length:
-        if length:
-            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
-            dist.broadcast(data, src=source)
-        return payload
-    data = torch.empty(length, dtype=torch.uint8, device=device)
-    dist.broadcast(data, src=source)
-    return data.cpu().numpy().tobytes()
-
-
 def sum_all(tensor: torch.Tensor, placement: Placement) -> torch.Tensor:
     """Sum a tensor over ranks (sums of losses and counts, never means, P29)."""
     if placement.replicas > 1:
