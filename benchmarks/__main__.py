@@ -53,7 +53,7 @@ def main() -> None:
         hand_written.print_table(hand_written.run(args.quick))
     if args.only in (None, "warm_start"):
         sizes = warm_start.QUICK if args.quick else warm_start.FULL
-        warm_start.print_table(warm_start.run(*sizes))
+        warm_start.print_table(warm_start.run(sizes))
     if args.only in (None, "service", "gang"):
         report = service.run(args.quick, args.only if args.only == "gang" else None)
         print()
