@@ -165,17 +165,9 @@ def test_a_high_priority_job_preempts_a_low_one_that_resumes_from_its_epoch(
 STEADY: dict[str, Any] = {
     "dataset": {"name": "synthetic", "samples": 20000, "features": 32},
     "model": {"hidden_units": [64]},
-    "training": {"epochs": 24, "batch_size": 16},
+    "training": {"epochs": 16, "batch_size": 16},
 }
-# Epochs: the estimate's pace comes from the RECENT_EPOCHS intervals before the read, and those
-# must come after the worker's next warm child has imported its framework (it starts with the
-# job and, though at idle priority, shares the job's cores and memory while it imports), or
-# the pace after the read is faster than the one the estimate saw, every time.
-READ_AFTER = 12
-# The pace after the read against the pace before it: a pace that moved by an eighth has left an
-# error of a third, so the bound is judged only on tries steadier than that.
-STEADY_WITHIN = 0.08
-TRIES = 3
+READ_AFTER = RECENT_EPOCHS + 1  # epochs: the estimate's pace comes from RECENT_EPOCHS intervals
 
 
 def row_times(service: Service, job_id: str) -> list[datetime]:
@@ -189,13 +181,13 @@ def row_times(service: Service, job_id: str) -> list[datetime]:
         engine.dispose()
 
 
-def pace_change(times: list[datetime], read_at: datetime) -> float:
-    """How much the pace after the read differs from the one the estimate saw (+: slower)."""
+def epochs_after(times: list[datetime], read_at: datetime) -> tuple[float, float]:
+    """The seconds the epochs after the last row before the read took, and what they would
+    have taken at the pace the estimate saw (its RECENT_EPOCHS intervals before the read)."""
     seen = [t for t in times if t <= read_at]
-    basis = seen[-(RECENT_EPOCHS + 1) :]  # the intervals the estimate's pace came from
+    basis = seen[-(RECENT_EPOCHS + 1) :]
     before = (basis[-1] - basis[0]).total_seconds() / (len(basis) - 1)
-    after = (times[-1] - seen[-1]).total_seconds() / (len(times) - len(seen))
-    return after / before - 1
+    return (times[-1] - seen[-1]).total_seconds(), before * (len(times) - len(seen))
 
 
 def epoch_reached(client: httpx.Client, job_id: str, epoch: int) -> bool:
@@ -207,20 +199,24 @@ class Try(NamedTuple):
 
     estimated: float
     actual: float
-    pace: float  # the running job's pace after the read against the one the estimate saw
+    epochs_took: float  # the running job's epochs after the read (from its last row before it)
+    epochs_at_seen_pace: float  # the same epochs at the pace the estimate saw
 
     @property
-    def error(self) -> float:
-        return self.actual - self.estimated
+    def pace(self) -> float:
+        """How much the pace moved after the read (+: slower), from the rows."""
+        return self.epochs_took / self.epochs_at_seen_pace - 1
 
     @property
-    def unexplained(self) -> float:
-        """The error less what the change of pace alone made of the epochs left (~all of it)."""
-        return self.error - self.pace * self.estimated
+    def foreseeable(self) -> float:
+        """The wait with the epochs after the read at the pace the estimate saw: what could be
+        known when it was read. The box's load changing afterwards (other tests side by side)
+        moves the actual wait, and is no error of the estimate."""
+        return self.actual - self.epochs_took + self.epochs_at_seen_pace
 
 
 def estimate_and_start(service: Service, client: httpx.Client, running: str, queued: str) -> Try:
-    """Read the queued job's estimate a few epochs into the running one, then see it start."""
+    """Read the queued job's estimate some epochs into the running one, then see it start."""
     done = functools.partial(epoch_reached, client, running, READ_AFTER)
     wait_until(done, 300, f"epoch {READ_AFTER} of the running job")
     read_at = datetime.now(UTC)
@@ -231,30 +227,21 @@ def estimate_and_start(service: Service, client: httpx.Client, running: str, que
     return Try(
         (datetime.fromisoformat(estimate) - read_at).total_seconds(),
         (actual - read_at).total_seconds(),
-        pace_change(row_times(service, running), read_at),
+        *epochs_after(row_times(service, running), read_at),
     )
 
 
-@pytest.mark.timeout(900)  # up to three tries of two jobs of ~24 epochs, on a loaded box
+@pytest.mark.timeout(600)  # two jobs of ~24 epochs, on a loaded box
 def test_the_estimated_start_behind_a_running_job_is_within_a_quarter(
     service: Service, client: httpx.Client
 ) -> None:
-    """The ETA is judged when the epochs were steady: a box whose load moves mid-run (other
-    tests side by side) changes the pace after the estimate, and the next job tries again.
-    A try whose pace moved is only printed: how much of its error the move explains depends
-    on when in the remaining epochs the load changed, which the rows cannot tell."""
-    running, tries = submit_job(client, **STEADY)["id"], []
-    for _ in range(TRIES):
-        queued = submit_job(client, **STEADY)["id"]
-        tries.append(estimate_and_start(service, client, running, queued))
-        one = tries[-1]
-        share = one.error / one.actual
-        print(f"ETA error {one.error:+.2f} s of {one.actual:.2f} s ({share:+.1%}), the pace "
-              f"after it {one.pace:+.1%}, unexplained {one.unexplained:+.2f} s")  # fmt: skip
-        if abs(one.pace) <= STEADY_WITHIN:
-            client.post(f"/v1/jobs/{queued}/cancel")
-            assert abs(one.error) <= 0.25 * one.actual, one
-            return
-        running = queued
-    client.post(f"/v1/jobs/{running}/cancel")
-    pytest.skip(f"the pace moved after each estimate (the box's load changed): {tries}")
+    """Judged on every run: the epochs left are put back at the pace the estimate saw (their
+    real time is in the rows), and the rest (what the estimate made of that pace, of the wind-
+    down and of the hand-over to the next job) must come within a quarter of the wait."""
+    running = submit_job(client, **STEADY)["id"]
+    queued = submit_job(client, **STEADY)["id"]
+    one = estimate_and_start(service, client, running, queued)
+    client.post(f"/v1/jobs/{queued}/cancel")
+    print(f"ETA {one.estimated:.2f} s, foreseeable {one.foreseeable:.2f} s, actual "
+          f"{one.actual:.2f} s, the pace after the read {one.pace:+.1%}")  # fmt: skip
+    assert abs(one.foreseeable - one.estimated) <= 0.25 * one.foreseeable, one
