@@ -80,6 +80,17 @@ class SeaweedServer:
             region_name="us-east-1",
         ).client("s3", endpoint_url=self.endpoint, config=client_config(3, 5, 30))
 
+    def store_env(self, prefix: str, aws: Path) -> dict[str, str]:
+        """A service's settings for a store under `prefix` of the test bucket, with the standard
+        AWS variables (files under `aws` that do not exist: no profile of this machine's)."""
+        return {
+            "EPOCHAL_STORE_URL": f"s3://{BUCKET}/{prefix}",
+            "EPOCHAL_STORE_ENDPOINT": self.endpoint,
+            "AWS_CONFIG_FILE": str(aws / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(aws / "no-aws-credentials"),
+            **CREDENTIALS,
+        }
+
     def kill(self) -> None:
         """SIGKILL, as a crash: nothing is flushed or closed cleanly."""
         if self.process.poll() is None:

@@ -30,7 +30,7 @@ from tests.helpers import (
     wait_for_status,
     wait_until,
 )
-from tests.storage_server import BUCKET, CREDENTIALS, SeaweedServer
+from tests.storage_server import SeaweedServer
 
 pytestmark = [
     pytest.mark.e2e,
@@ -224,13 +224,7 @@ def store_settings(kind: str, request: pytest.FixtureRequest, tmp_path: Path) ->
     if kind == "directory":
         return {"EPOCHAL_STORE_URL": (tmp_path / "store").as_uri()}
     seaweed: SeaweedServer = request.getfixturevalue("seaweed")
-    return {
-        "EPOCHAL_STORE_URL": f"s3://{BUCKET}/gang-{secrets.token_hex(4)}",
-        "EPOCHAL_STORE_ENDPOINT": seaweed.endpoint,
-        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-        **CREDENTIALS,
-    }
+    return seaweed.store_env(f"gang-{secrets.token_hex(4)}", tmp_path)
 
 
 @pytest.mark.parametrize(("framework", "store"), [("pytorch", "s3"), ("tensorflow", "directory")])

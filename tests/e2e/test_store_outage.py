@@ -42,7 +42,7 @@ from tests.helpers import (
     wait_for_status,
     wait_until,
 )
-from tests.storage_server import BUCKET, CREDENTIALS, SeaweedServer, s3_store, start_seaweed
+from tests.storage_server import CREDENTIALS, SeaweedServer, s3_store, start_seaweed
 
 pytestmark = pytest.mark.e2e
 
@@ -83,14 +83,7 @@ def service(
     prefix: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Service]:
-    aws = tmp_path_factory.mktemp("aws")
-    store = {
-        "EPOCHAL_STORE_URL": f"s3://{BUCKET}/{prefix}",
-        "EPOCHAL_STORE_ENDPOINT": weed.endpoint,
-        "AWS_CONFIG_FILE": str(aws / "config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(aws / "credentials"),
-        **CREDENTIALS,
-    }
+    store = weed.store_env(prefix, tmp_path_factory.mktemp("aws"))
     with running_service({**pg_service_env, **store}, EPOCHAL_WARM_FRAMEWORKS="") as svc:
         yield svc
 

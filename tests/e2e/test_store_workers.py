@@ -19,7 +19,7 @@ from app.storage.checkpoint_sets import MANIFEST, CheckpointSets
 from app.storage.s3 import S3Store
 from tests.e2e.procs import alive, training_children
 from tests.helpers import Service, metric_attempts, running_service, wait_for_status, wait_until
-from tests.storage_server import BUCKET, CREDENTIALS, SeaweedServer, s3_store
+from tests.storage_server import CREDENTIALS, SeaweedServer, s3_store
 
 pytestmark = pytest.mark.e2e
 
@@ -51,14 +51,7 @@ def service(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Service]:
     """The API (no worker yet) on an S3 store: EPOCHAL_STORE_URL and the AWS variables."""
-    aws = tmp_path_factory.mktemp("aws")
-    store = {
-        "EPOCHAL_STORE_URL": f"s3://{BUCKET}/{prefix}",
-        "EPOCHAL_STORE_ENDPOINT": seaweed.endpoint,
-        "AWS_CONFIG_FILE": str(aws / "config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(aws / "credentials"),
-        **CREDENTIALS,
-    }
+    store = seaweed.store_env(prefix, tmp_path_factory.mktemp("aws"))
     with running_service({**pg_service_env, **store}, worker=False, **SETTINGS) as svc:
         yield svc
 
