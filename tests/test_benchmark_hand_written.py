@@ -1,6 +1,7 @@
 """The graph-model-against-hand benchmark: the hand-written networks are the examples' networks
-(their parameters), its tiny run prints a row per network and precision, and the runner
-offers it as `--only hand_written`. No timing is asserted."""
+(their parameters), its tiny run prints a row per network and precision, the job-through-the-
+worker comparison's tiny run a row per precision, and the runner offers both as
+`--only hand_written`. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -49,6 +50,25 @@ def test_a_tiny_run_prints_a_row_per_network_and_precision() -> None:
     ]
     assert all(float(ratio) > 0 for _, _, ratio in rows)
     assert out.stdout.count("BENCH hand_written_") == 6 * 3
+
+
+def test_a_tiny_job_loop_run_prints_a_row_per_precision() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.training.job_loop", "--tiny", "--cpu-time"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    number = r"[\d,]+"
+    rows = re.findall(
+        rf"^resnet +(fp32|bf16) +{number} +{number} +(\d+\.\d\d)$", out.stdout, re.MULTILINE
+    )
+    assert [p for p, _ in rows] == ["fp32", "bf16"]
+    assert all(float(ratio) > 0 for _, ratio in rows)
+    assert out.stdout.count("BENCH job_loop_resnet_") == 2 * 3
+    assert "CPU time" in out.stdout
 
 
 def test_the_runner_offers_it() -> None:
