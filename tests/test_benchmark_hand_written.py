@@ -20,7 +20,7 @@ def parameters(model: object) -> int:
     return sum(p.numel() for p in model.parameters())  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("network", ["resnet", "mlp", "row_lstm"])
+@pytest.mark.parametrize("network", ["resnet", "mlp", "row_lstm", "row_gru"])
 def test_the_hand_network_has_the_graph_models_parameters(network: str) -> None:
     from benchmarks.training.hand_written import models
 
@@ -41,15 +41,15 @@ def test_a_tiny_run_prints_a_row_per_network_and_precision() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     number = r"[\d,]+"
     rows = re.findall(
-        rf"^(resnet|mlp|row_lstm) +(fp32|bf16) +{number} +{number} +(\d+\.\d\d)$",
+        rf"^(resnet|mlp|row_lstm|row_gru) +(fp32|bf16) +{number} +{number} +(\d+\.\d\d)$",
         out.stdout,
         re.MULTILINE,
     )
     assert [(n, p) for n, p, _ in rows] == [
-        (n, p) for n in ("resnet", "mlp", "row_lstm") for p in ("fp32", "bf16")
+        (n, p) for n in ("resnet", "mlp", "row_lstm", "row_gru") for p in ("fp32", "bf16")
     ]
     assert all(float(ratio) > 0 for _, _, ratio in rows)
-    assert out.stdout.count("BENCH hand_written_") == 6 * 3
+    assert out.stdout.count("BENCH hand_written_") == 8 * 3
 
 
 def test_a_tiny_job_loop_run_prints_a_row_per_precision() -> None:

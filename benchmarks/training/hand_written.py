@@ -3,7 +3,8 @@
 `python -m benchmarks --only hand_written [--quick]`, or
 `python -m benchmarks.training.hand_written [--tiny|--quick] [--threads N] [--cpu-time]
 [--profile NETWORK PRECISION]`:
-for the residual CNN, the MLP and the row-LSTM of examples/, the graph model the worker
+for the residual CNN, the MLP and the row-LSTM of examples/ (and the row-LSTM's graph with a
+GRU in its place), the graph model the worker
 builds from the example's spec (benchmarks.training.hand_written.graph_model) and the plain
 nn.Module of benchmarks.training.hand_networks train on the same Fashion-MNIST batches (the
 system copy, scaled to [0, 1]) with the same AdamW, batch 128, 2 threads, in one process, in
@@ -35,6 +36,7 @@ NETWORKS = {
     "resnet": "residual-fashion-mnist.yaml",
     "mlp": "graph-mlp-fashion.yaml",
     "row_lstm": "lstm-rows-fashion-mnist.yaml",
+    "row_gru": "lstm-rows-fashion-mnist.yaml",  # the row-LSTM with a GRU in the LSTM's place
 }
 PRECISIONS = ("fp32", "bf16")
 ROUNDS = 3
@@ -63,6 +65,9 @@ FULL, QUICK, TINY = Pace(5, 10, 3.0), Pace(3, 5, 1.0), Pace(1, 2, 0.0)
 def spec_of(network: str) -> dict:
     """The example's spec, in PyTorch, with the residual example's AdamW for every network."""
     spec = example(NETWORKS[network], "pytorch", batch_size=BATCH)
+    if network == "row_gru":
+        for layer in spec["model"]["layers"]:
+            layer["op"] = "gru" if layer["op"] == "lstm" else layer["op"]
     spec["optimizer"] = example(NETWORKS["resnet"], "pytorch")["optimizer"]
     return spec
 
