@@ -3,9 +3,10 @@ architectures, hand_written, warm_start, service or gang: every benchmark, basel
 the same run. Training speed against the seeds; a streamed data set against the same data in
 memory; a checkpoint's cost on the training path with an S3 store against the default one; the
 graph models' accuracy; the PyTorch graph model's speed against the same network written by
-hand, and a PyTorch job's through the worker against the hand-written loop; a warm-started
-fine-tune against the same graph from scratch; the service's own costs (the gang among them),
-or the gang's alone (a 2-node job against one node's one and two replicas)."""
+hand, a PyTorch job's through the worker against the hand-written loop, and TensorFlow's bf16
+policy against its fp32; a warm-started fine-tune against the same graph from scratch; the
+service's own costs (the gang among them), or the gang's alone (a 2-node job against one
+node's one and two replicas)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from benchmarks.training import (
     job_loop,
     streamed,
     suite,
+    tf_precision,
     warm_start,
 )
 
@@ -48,6 +50,7 @@ def main() -> None:
     if args.only in (None, "hand_written"):
         hand_written.print_table(hand_written.run(args.quick))
         job_loop.print_table(job_loop.run(args.quick))
+        tf_precision.print_table(tf_precision.run(args.quick))
     if args.only in (None, "warm_start"):
         sizes = warm_start.QUICK if args.quick else warm_start.FULL
         warm_start.print_table(warm_start.run(*sizes))

@@ -61,16 +61,18 @@ def job_spec(prec: str, size: Size) -> dict[str, Any]:
     return spec
 
 
-def job_turn(body: dict[str, Any], splits: Any, clock: Clock) -> float:
-    """Best steady-epoch samples/s of one job run through the worker's attempt. The clock
-    is read around the back-end's train_epoch, where the loop reads its own."""
+def job_turn(body: dict[str, Any], splits: Any, clock: Clock, threads: int | None = None) -> float:
+    """Best steady-epoch samples/s of one job (either framework) run through the worker's
+    attempt. The clock is read around the back-end's train_epoch, where the loop reads its
+    own; `threads`: the intra-op pool (default torch's)."""
     from app.schemas.job_spec import JobSpec
     from worker.child.attempt import run_attempt
     from worker.training.backend import Placement, TrainedEpoch, create_backend
     from worker.training.callbacks import TrainState
 
     spec = JobSpec.model_validate(body)
-    backend = create_backend(spec, splits, Placement(threads=torch.get_num_threads()))
+    placement = Placement(threads=threads or torch.get_num_threads())
+    backend = create_backend(spec, splits, placement)
     train_epoch, speeds = backend.train_epoch, []
 
     def timed(state: TrainState) -> TrainedEpoch | None:
