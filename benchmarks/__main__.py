@@ -4,9 +4,10 @@ measured in the same run. Training speed against the seeds; a streamed data set 
 data in memory; the streaming loader of a folder of JPEG files against the residual CNN it feeds;
 a checkpoint's cost on the training path with an S3 store against the default one; the
 graph models' accuracy; the PyTorch graph model's speed against the same network written by
-hand; a warm-started fine-tune against the same graph from scratch; the service's own costs
-(the gang among them), or the gang's alone (a 2-node job against one node's one and two
-replicas)."""
+hand, a PyTorch job's through the worker against the hand-written loop, and TensorFlow's bf16
+policy against its fp32; a warm-started fine-tune against the same graph from scratch; the
+service's own costs (the gang among them), or the gang's alone (a 2-node job against one
+node's one and two replicas)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from benchmarks.training import (
     checkpoint_cost,
     hand_written,
     image_loader,
+    job_loop,
     streamed,
     suite,
+    tf_precision,
     warm_start,
 )
 
@@ -51,6 +54,8 @@ def main() -> None:
         architectures.print_table(architectures.run(args.quick))
     if args.only in (None, "hand_written"):
         hand_written.print_table(hand_written.run(args.quick))
+        job_loop.print_table(job_loop.run(args.quick))
+        tf_precision.print_table(tf_precision.run(args.quick))
     if args.only in (None, "warm_start"):
         sizes = warm_start.QUICK if args.quick else warm_start.FULL
         warm_start.print_table(warm_start.run(sizes))

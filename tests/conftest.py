@@ -64,6 +64,7 @@ SLOW_MODULES = (
     "tests/test_benchmark_warm_start.py",
     "tests/test_benchmark_image_loader.py",
     "tests/test_benchmark_upload.py",
+    "tests/test_benchmark_tf_precision.py",
 )
 # Every worker the tests start finds its box measured, with the answer of a box never measured
 # (a small TensorFlow step on one thread), so no worker spends half a minute measuring and

@@ -1,6 +1,7 @@
 """The graph-model-against-hand benchmark: the hand-written networks are the examples' networks
-(their parameters), its tiny run prints a row per network and precision, and the runner
-offers it as `--only hand_written`. No timing is asserted."""
+(their parameters), its tiny run prints a row per network and precision, the job-through-the-
+worker comparison's tiny run a row per precision, and the runner offers both as
+`--only hand_written`. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def parameters(model: object) -> int:
     return sum(p.numel() for p in model.parameters())  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("network", ["resnet", "mlp", "row_lstm"])
+@pytest.mark.parametrize("network", ["resnet", "mlp", "row_lstm", "row_gru"])
 def test_the_hand_network_has_the_graph_models_parameters(network: str) -> None:
     from benchmarks.training.hand_written import models
 
@@ -40,15 +41,34 @@ def test_a_tiny_run_prints_a_row_per_network_and_precision() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     number = r"[\d,]+"
     rows = re.findall(
-        rf"^(resnet|mlp|row_lstm) +(fp32|bf16) +{number} +{number} +(\d+\.\d\d)$",
+        rf"^(resnet|mlp|row_lstm|row_gru) +(fp32|bf16) +{number} +{number} +(\d+\.\d\d)$",
         out.stdout,
         re.MULTILINE,
     )
     assert [(n, p) for n, p, _ in rows] == [
-        (n, p) for n in ("resnet", "mlp", "row_lstm") for p in ("fp32", "bf16")
+        (n, p) for n in ("resnet", "mlp", "row_lstm", "row_gru") for p in ("fp32", "bf16")
     ]
     assert all(float(ratio) > 0 for _, _, ratio in rows)
-    assert out.stdout.count("BENCH hand_written_") == 6 * 3
+    assert out.stdout.count("BENCH hand_written_") == 8 * 3
+
+
+def test_a_tiny_job_loop_run_prints_a_row_per_precision() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.training.job_loop", "--tiny", "--cpu-time"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    number = r"[\d,]+"
+    rows = re.findall(
+        rf"^resnet +(fp32|bf16) +{number} +{number} +(\d+\.\d\d)$", out.stdout, re.MULTILINE
+    )
+    assert [p for p, _ in rows] == ["fp32", "bf16"]
+    assert all(float(ratio) > 0 for _, ratio in rows)
+    assert out.stdout.count("BENCH job_loop_resnet_") == 2 * 3
+    assert "CPU time" in out.stdout
 
 
 def test_the_runner_offers_it() -> None:

@@ -77,9 +77,24 @@ class RowLSTM(nn.Module):
         return self.head(F.relu(self.fc(out[:, -1])))
 
 
+class RowGRU(nn.Module):
+    """The row-LSTM's graph with a GRU of 128 units in the LSTM's place. nn.GRU's two bias
+    vectors are the graph's (Keras' reset_after GRU keeps both too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(28, 128, batch_first=True)
+        self.fc = nn.Linear(128, 64)
+        self.head = nn.Linear(64, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(x.reshape(x.shape[0], 28, 28))
+        return self.head(F.relu(self.fc(out[:, -1])))
+
+
 def hand_network(name: str) -> nn.Module:
     """The hand-written network of benchmarks.training.hand_written's NETWORKS."""
-    networks = {"resnet": ResidualCNN, "mlp": MLP, "row_lstm": RowLSTM}
+    networks = {"resnet": ResidualCNN, "mlp": MLP, "row_lstm": RowLSTM, "row_gru": RowGRU}
     model = networks[name]()
     if name == "resnet":  # the stubs know no memory_format for Module.to; PyTorch takes it
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

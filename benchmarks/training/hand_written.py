@@ -2,12 +2,13 @@
 
 `python -m benchmarks --only hand_written [--quick]`, or
 `python -m benchmarks.training.hand_written [--tiny|--quick] [--threads N] [--cpu-time]
-[--profile NETWORK PRECISION]`:
-for the residual CNN, the MLP and the row-LSTM of examples/, the graph model the worker
-builds from the example's spec (benchmarks.training.hand_written.graph_model) and the plain
-nn.Module of benchmarks.training.hand_networks train on the same Fashion-MNIST batches (the
-system copy, scaled to [0, 1]) with the same AdamW, batch 128, 2 threads, in one process, in
-fp32 and under bf16 autocast. The two take turns, ROUNDS times, and each keeps its best
+[--network NAME ...] [--profile NETWORK PRECISION]`:
+for the residual CNN, the MLP and the row-LSTM of examples/ (and the row-LSTM's graph with a
+GRU in its place; `--network` picks some), the graph model the worker builds from the
+example's spec (benchmarks.training.hand_written.graph_model) and the plain nn.Module of
+benchmarks.training.hand_networks train on the same Fashion-MNIST batches (the system copy,
+scaled to [0, 1]) with the same AdamW, batch 128, 2 threads, in one process, in fp32 and
+under bf16 autocast. The two take turns, ROUNDS times, and each keeps its best
 samples/s (a turn's figure is its fastest step): on a shared machine a slow moment then
 hits one step or one turn, not one side.
 `--profile` prints torch.profiler's per-op self CPU table of a few steps of each side.
@@ -35,6 +36,7 @@ NETWORKS = {
     "resnet": "residual-fashion-mnist.yaml",
     "mlp": "graph-mlp-fashion.yaml",
     "row_lstm": "lstm-rows-fashion-mnist.yaml",
+    "row_gru": "lstm-rows-fashion-mnist.yaml",  # the row-LSTM with a GRU in the LSTM's place
 }
 PRECISIONS = ("fp32", "bf16")
 ROUNDS = 3
@@ -63,6 +65,9 @@ FULL, QUICK, TINY = Pace(5, 10, 3.0), Pace(3, 5, 1.0), Pace(1, 2, 0.0)
 def spec_of(network: str) -> dict:
     """The example's spec, in PyTorch, with the residual example's AdamW for every network."""
     spec = example(NETWORKS[network], "pytorch", batch_size=BATCH)
+    if network == "row_gru":
+        for layer in spec["model"]["layers"]:
+            layer["op"] = "gru" if layer["op"] == "lstm" else layer["op"]
     spec["optimizer"] = example(NETWORKS["resnet"], "pytorch")["optimizer"]
     return spec
 
@@ -168,13 +173,17 @@ def measure(network: str, data: list, pace: Pace) -> list[list[str]]:
 
 
 def run(
-    quick: bool = False, tiny: bool = False, threads: int = THREADS, cpu_time: bool = False
+    quick: bool = False,
+    tiny: bool = False,
+    threads: int = THREADS,
+    cpu_time: bool = False,
+    networks: list[str] | None = None,
 ) -> list[list[str]]:
     torch.set_num_threads(threads)
     pace = TINY if tiny else QUICK if quick else FULL
     pace = replace(pace, clock=time.process_time) if cpu_time else pace
     data = batches(BATCHES)
-    return [row for network in NETWORKS for row in measure(network, data, pace)]
+    return [row for network in networks or NETWORKS for row in measure(network, data, pace)]
 
 
 def print_table(rows: list[list[str]], threads: int = THREADS, clock: str = "wall time") -> None:
@@ -238,12 +247,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=THREADS)
     parser.add_argument("--cpu-time", action="store_true", help="time steps by the process's CPU")
     parser.add_argument("--profile", nargs=2, metavar=("NETWORK", "PRECISION"))
+    parser.add_argument("--network", action="append", choices=list(NETWORKS), help="only these")
     args = parser.parse_args()
     if args.profile:
         network, prec = args.profile
         profile(network, prec, threads=args.threads)
     else:
-        rows = run(args.quick, args.tiny, args.threads, args.cpu_time)
+        rows = run(args.quick, args.tiny, args.threads, args.cpu_time, args.network)
         print_table(rows, args.threads, "CPU time" if args.cpu_time else "wall time")
 
 

@@ -76,6 +76,19 @@ class TorchOps(Protocol[T]):
         batch_first: bool,
         /,
     ) -> tuple[T, T, T]: ...
+    def gru(
+        self,
+        input: T,
+        hx: T,
+        params: list[T],
+        has_biases: bool,
+        num_layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+        /,
+    ) -> tuple[T, T]: ...
     def native_batch_norm(
         self,
         input: T,

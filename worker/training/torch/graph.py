@@ -49,6 +49,24 @@ class _TorchOps:
             input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
         )
 
+    @staticmethod
+    def gru(
+        input: Tensor,
+        hx: Tensor,
+        params: list[Tensor],
+        has_biases: bool,
+        num_layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+        /,
+    ) -> tuple[Tensor, Tensor]:
+        """The overload of torch.gru on a padded batch (not a packed sequence)."""
+        return torch.gru(
+            input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
+        )
+
 
 class _TorchKit:
     """What an op's torch_forward gets: the framework and the layout moves. The modules are

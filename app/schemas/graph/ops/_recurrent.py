@@ -1,11 +1,11 @@
 """What lstm and gru share: fields, shapes, variables in Keras' layout, the three builds.
 
 Variables are Keras' (kernel [in, gates*units], recurrent_kernel [units, gates*units], bias),
-so Keras' own layers serve the TensorFlow back-end as they are. PyTorch runs the recurrence on
-those very tensors (torch.nn.LSTM keeps two biases, which would change the parameter count):
-lstm through torch.lstm, PyTorch's own kernel, with a zero recurrent bias; gru (whose gates
-PyTorch orders otherwise) with one matmul projecting every step's input, then a loop over the
-steps applying the cell. ONNX has both ops; each subclass reorders its gates into ONNX's layout.
+so Keras' own layers serve the TensorFlow back-end as they are. PyTorch runs the recurrence
+through its own kernels on those very tensors (torch.nn.LSTM keeps two biases, which would
+change the parameter count): lstm through torch.lstm with a zero recurrent bias, gru through
+torch.gru with its gate blocks reordered. ONNX has both ops; each subclass reorders its gates
+into ONNX's layout.
 """
 
 from __future__ import annotations
@@ -69,24 +69,10 @@ class Recurrent(Op):
         return out.size + int(per_step * self.units * steps)
 
     # -- PyTorch --------------------------------------------------------------------------
-    def input_bias(self, bias: T) -> T:
-        """The bias added to the projected inputs."""
-        raise NotImplementedError
-
-    def cell(self, t: TorchKit[T], projected: T, state: tuple[T, ...], w: list[T]) -> tuple[T, ...]:
-        """One step: the new state (hidden first) from this step's projected input."""
-        raise NotImplementedError
-
     def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
-        x = xs[0]
-        projected = t.torch.matmul(x, w[0]) + self.input_bias(w[2])  # (N, steps, gates*units)
-        zeros = projected.new_zeros((x.shape[0], self.units))
-        state: tuple[T, ...] = (zeros,) * self.states
-        outputs = []
-        for step in range(x.shape[1]):
-            state = self.cell(t, projected[:, step], state, w)
-            outputs.append(state[0])
-        return t.torch.stack(outputs, 1) if self.return_sequences else outputs[-1]
+        """PyTorch's own kernel for the op (torch.lstm, torch.gru) on the Keras-layout
+        variables: a loop of cells in Python costs several times as much per step."""
+        raise NotImplementedError
 
     # -- Keras and ONNX -------------------------------------------------------------------
     def keras_layer(self, k: KerasKit[K], xs: list[TensorType]) -> KerasLayer:

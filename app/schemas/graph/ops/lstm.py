@@ -30,8 +30,7 @@ class LSTM(Recurrent):
     def torch_forward(self, t: TorchKit[T], w: list[T], xs: list[T], training: bool) -> T:
         # PyTorch's own LSTM kernel (oneDNN's on a CPU) on these very tensors: its gates are
         # Keras' i, f, c, o in the same order, and its cell computes the same c and h. It
-        # keeps a second bias, the recurrent one, here zeros. A loop of cells in Python (the
-        # shared Recurrent.torch_forward) costs several times as much per step.
+        # keeps a second bias, the recurrent one, here zeros.
         x = xs[0]
         kernel, recurrent, bias = w
         zeros = x.new_zeros((1, x.shape[0], self.units))
