@@ -3,8 +3,8 @@ is open: a live service (PostgreSQL, Redis, the API, workers with homes of their
 reached through a proxy that slows every request by its size, so a checkpoint of several parts
 takes seconds to upload.
 
-- The job's latest checkpoint (the API's listing, the store's newest set with a manifest) names a
-  set whose parts match its manifest's sha256, never the one cut off.
+- The job's latest checkpoint (the database's pointer, the API's listing, the store's newest set
+  with a manifest) names a set whose parts match its manifest's sha256, never the one cut off.
 - A second worker resumes the job from that checkpoint, fetched from the store; it succeeds with
   rows 1..N once each.
 - The killed upload stays open until the cleaner's round aborts it; after that round no multipart
@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from app.core.config import get_settings
 from app.services.maintenance import clean_store
@@ -133,6 +134,17 @@ def whole_latest(store: S3Store, job_id: str) -> Manifest:
     return latest
 
 
+def pointer(service: Service, job_id: str) -> str | None:
+    """The job's latest checkpoint as the database names it, straight from PostgreSQL."""
+    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT latest_checkpoint FROM job WHERE id = :j")
+            return conn.execute(query, {"j": job_id}).scalar_one()
+    finally:
+        engine.dispose()
+
+
 def listed_checkpoint(client: httpx.Client, job_id: str) -> int:
     """The epoch of the checkpoint the API lists for the job."""
     items = client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]
@@ -172,6 +184,7 @@ def test_a_worker_killed_mid_upload_leaves_the_latest_whole_and_nothing_after_th
         cut_name = cut.removeprefix(sets.root).split("/", 1)[0]
         latest = whole_latest(store, job_id)
         assert latest.name < cut_name and sets.manifest(cut_name) is None, (latest, cut)
+        assert pointer(service, job_id) == latest.name  # the whole set, not the one cut off
         assert listed_checkpoint(client, job_id) == latest.epoch
         assert open_upload(seaweed, prefix, job_id) == cut  # left open by the dead writer
 
@@ -189,7 +202,8 @@ def test_a_worker_killed_mid_upload_leaves_the_latest_whole_and_nothing_after_th
     assert kept == list(range(1, latest.epoch + 1)), rows  # resumed from that set, no later
     log = (home_b / "artifacts" / job_id / "job.log").read_text()
     assert f"took the checkpoint of epoch {latest.epoch} from the store" in log
-    assert whole_latest(store, job_id).epoch == EPOCHS
+    last = whole_latest(store, job_id)
+    assert last.epoch == EPOCHS and pointer(service, job_id) == last.name
 
     assert cut in cleaner_round(service, monkeypatch)  # the dead writer's upload, aborted
     listed = seaweed.client().list_multipart_uploads(Bucket=BUCKET, Prefix=f"{prefix}/")
