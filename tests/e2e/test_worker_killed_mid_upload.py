@@ -23,7 +23,6 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from app.core.config import get_settings
 from app.services.maintenance import clean_store
@@ -33,6 +32,7 @@ from tests.e2e.procs import alive, training_children
 from tests.helpers import (
     Service,
     clear_caches,
+    latest_checkpoint,
     metric_attempts,
     running_service,
     wait_for_status,
@@ -134,17 +134,6 @@ def whole_latest(store: S3Store, job_id: str) -> Manifest:
     return latest
 
 
-def pointer(service: Service, job_id: str) -> str | None:
-    """The job's latest checkpoint as the database names it, straight from PostgreSQL."""
-    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
-    try:
-        with engine.connect() as conn:
-            query = sa.text("SELECT latest_checkpoint FROM job WHERE id = :j")
-            return conn.execute(query, {"j": job_id}).scalar_one()
-    finally:
-        engine.dispose()
-
-
 def listed_checkpoint(client: httpx.Client, job_id: str) -> int:
     """The epoch of the checkpoint the API lists for the job."""
     items = client.get(f"/v1/jobs/{job_id}/artifacts").json()["items"]
@@ -163,6 +152,26 @@ def cleaner_round(service: Service, monkeypatch: pytest.MonkeyPatch) -> list[str
         return clean_store(settings, later).uploads
     finally:
         clear_caches()
+
+
+def resumed_on_a_second_box(
+    service: Service, client: httpx.Client, job_id: str, latest: Manifest, home: Path
+) -> None:
+    """A worker with a home of its own takes the job on: it resumes from `latest`, fetched from
+    the store, and succeeds with rows 1..EPOCHS once each."""
+    service.start_worker("worker-b", {"EPOCHAL_HOME": str(home)})
+    try:
+        done = wait_for_status(client, job_id, {"succeeded", "failed", "cancelled"}, 240)
+    finally:
+        service.stop("worker-b")
+    assert done["status"] == "succeeded", done["error"]
+    assert done["attempt"] == 2
+    rows = metric_attempts(service, job_id)
+    assert [epoch for epoch, _ in rows] == list(range(1, EPOCHS + 1))  # once each
+    kept = [epoch for epoch, attempt in rows if attempt == 1]
+    assert kept == list(range(1, latest.epoch + 1)), rows  # resumed from that set, no later
+    log = (home / "artifacts" / job_id / "job.log").read_text()
+    assert f"took the checkpoint of epoch {latest.epoch} from the store" in log
 
 
 def test_a_worker_killed_mid_upload_leaves_the_latest_whole_and_nothing_after_the_cleaner(
@@ -184,26 +193,13 @@ def test_a_worker_killed_mid_upload_leaves_the_latest_whole_and_nothing_after_th
         cut_name = cut.removeprefix(sets.root).split("/", 1)[0]
         latest = whole_latest(store, job_id)
         assert latest.name < cut_name and sets.manifest(cut_name) is None, (latest, cut)
-        assert pointer(service, job_id) == latest.name  # the whole set, not the one cut off
+        # The database, the API and the store name the whole set, not the one cut off.
+        assert latest_checkpoint(service, job_id) == latest.name
         assert listed_checkpoint(client, job_id) == latest.epoch
         assert open_upload(seaweed, prefix, job_id) == cut  # left open by the dead writer
-
-        home_b = tmp_path / "b-home"  # shares nothing with worker-a's
-        service.start_worker("worker-b", {"EPOCHAL_HOME": str(home_b)})
-        try:
-            done = wait_for_status(client, job_id, {"succeeded", "failed", "cancelled"}, 240)
-        finally:
-            service.stop("worker-b")
-        assert done["status"] == "succeeded", done["error"]
-        assert done["attempt"] == 2
-    rows = metric_attempts(service, job_id)
-    assert [epoch for epoch, _ in rows] == list(range(1, EPOCHS + 1))  # once each
-    kept = [epoch for epoch, attempt in rows if attempt == 1]
-    assert kept == list(range(1, latest.epoch + 1)), rows  # resumed from that set, no later
-    log = (home_b / "artifacts" / job_id / "job.log").read_text()
-    assert f"took the checkpoint of epoch {latest.epoch} from the store" in log
+        resumed_on_a_second_box(service, client, job_id, latest, tmp_path / "b-home")
     last = whole_latest(store, job_id)
-    assert last.epoch == EPOCHS and pointer(service, job_id) == last.name
+    assert last.epoch == EPOCHS and latest_checkpoint(service, job_id) == last.name
 
     assert cut in cleaner_round(service, monkeypatch)  # the dead writer's upload, aborted
     listed = seaweed.client().list_multipart_uploads(Bucket=BUCKET, Prefix=f"{prefix}/")
