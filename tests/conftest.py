@@ -48,6 +48,7 @@ SLOW_MODULES = (
     "tests/e2e/test_scheduling.py",
     "tests/e2e/test_store_workers.py",
     "tests/e2e/test_store_outage.py",
+    "tests/e2e/test_worker_killed_mid_upload.py",
     "tests/worker/training/test_warm_start.py",
     "tests/worker/training/test_memory_estimate.py",
     "tests/worker/training/test_sequences.py",

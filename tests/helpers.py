@@ -411,6 +411,17 @@ def metric_attempts(service: Service, job_id: str) -> list[tuple[int, int]]:
         engine.dispose()
 
 
+def latest_checkpoint(service: Service, job_id: str) -> str | None:
+    """The checkpoint set the job's row names as its latest, straight from PostgreSQL."""
+    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT latest_checkpoint FROM job WHERE id = :j")
+            return conn.execute(query, {"j": job_id}).scalar_one()
+    finally:
+        engine.dispose()
+
+
 def run_cli(
     service: Service, *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:

@@ -1,5 +1,6 @@
 """A loopback HTTP proxy in front of the real S3 server that answers `503 SlowDown`, as S3
-does when throttling, to the first N requests (or to all), and forwards the rest unchanged.
+does when throttling, to the first N requests (or to all), and forwards the rest unchanged;
+optionally slowly, as a store on a thin link: each request held for its body's size over a rate.
 
 The S3 answers come from SeaweedFS itself; only the throttling is ours. Requests keep their
 Host header and bytes, so their signatures still verify upstream.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,11 +25,12 @@ SLOW_DOWN = (
 class ThrottlingServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, upstream: str, throttle: int | None) -> None:
+    def __init__(self, upstream: str, throttle: int | None, seconds_per_mib: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         parsed = urlparse(upstream)
         self.upstream = (parsed.hostname or "127.0.0.1", parsed.port or 80)
         self.throttle_left = throttle  # None: throttle every request
+        self.seconds_per_mib = seconds_per_mib  # how long each MiB of a request's body takes
         self.seen = self.throttled = 0
         self.lock = threading.Lock()
 
@@ -62,6 +65,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.server.take_throttle():
             self._answer(503, {"Content-Type": "application/xml"}, SLOW_DOWN)
             return
+        time.sleep(len(body) / 2**20 * self.server.seconds_per_mib)
         upstream = http.client.HTTPConnection(*self.server.upstream, timeout=30)
         try:
             upstream.request(self.command, self.path, body or None, dict(self.headers.items()))
@@ -88,9 +92,11 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def throttling(upstream: str, throttle: int | None) -> Iterator[ThrottlingServer]:
+def throttling(
+    upstream: str, throttle: int | None, seconds_per_mib: float = 0.0
+) -> Iterator[ThrottlingServer]:
     """A throttling proxy to `upstream` (an http://host:port), for the block's duration."""
-    server = ThrottlingServer(upstream, throttle)
+    server = ThrottlingServer(upstream, throttle, seconds_per_mib)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -1,5 +1,6 @@
 """Per-epoch metrics rows: an upsert per (job, epoch) fenced by the attempt that owns the job,
-forgotten past a checkpoint when an attempt resumes, read after `since_epoch`."""
+forgotten past a checkpoint when an attempt resumes, read after `since_epoch`; and the job's
+latest checkpoint, moved under the same fence."""
 
 from __future__ import annotations
 
@@ -75,6 +76,19 @@ def drop_metrics_after(session: Session, job_id: str, attempt: int, epoch: int) 
         return None
     return rows_changed(
         session, delete(EpochMetric).where(EpochMetric.job_id == job_id, EpochMetric.epoch > epoch)
+    )
+
+
+def record_checkpoint(session: Session, job_id: str, attempt: int, name: str) -> bool:
+    """Point the job at the checkpoint set `name`, whose manifest is in the store, fenced by
+    attempt like record_epoch; False, and nothing moved, when the job is not this attempt's."""
+    return bool(
+        rows_changed(
+            session,
+            update(Job)
+            .where(Job.id == job_id, Job.attempt == attempt, Job.status.in_(ACTIVE))
+            .values(latest_checkpoint=name),
+        )
     )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
@@ -63,6 +63,14 @@ def record_disk(session: Session, artifacts_dir: Path, job_id: str) -> None:
     crud.set_disk_bytes(session, job_id, JobFiles.of(artifacts_dir, job_id).size_bytes())
 
 
+def forget_checkpoint(session: Session, job_id: str) -> None:
+    """Clear the job's latest checkpoint, committed before its sets go: the database never
+    names a checkpoint being removed."""
+    clear = update(Job).where(Job.id == job_id, Job.latest_checkpoint.is_not(None))
+    if rows_changed(session, clear.values(latest_checkpoint=None)):
+        session.commit()
+
+
 def prune_checkpoints(artifacts_dir: Path, job_id: str) -> bool:
     """Drop a finished job's checkpoints (its model stays); True if there were any."""
     checkpoints = JobFiles.of(artifacts_dir, job_id).checkpoints
@@ -102,7 +110,9 @@ def apply_retention(session: Session, artifacts_dir: Path, days: float, delete_j
                     session.commit()
                     remove_job_files(artifacts_dir, job_id)
                     touched += 1
-            elif prune_checkpoints(artifacts_dir, job_id):
+                continue
+            forget_checkpoint(session, job_id)
+            if prune_checkpoints(artifacts_dir, job_id):
                 record_disk(session, artifacts_dir, job_id)
                 session.commit()
                 touched += 1

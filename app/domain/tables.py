@@ -122,6 +122,11 @@ class Job(Base):
     step_progress: Mapped[dict[str, Any] | None]
     # Workers the job runs on at once (migration 0012): > 1 is a gang (app.scheduler.gang).
     nodes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # The newest checkpoint set whose manifest is in the store (its name under the job's
+    # checkpoints, app.storage.checkpoint_sets), set by the attempt that wrote it once the
+    # manifest landed; null before the first and once the retention removed them (migration
+    # 0024). Never a set still being written.
+    latest_checkpoint: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         Index("ix_job_created", "created_at", "id"),

@@ -36,6 +36,7 @@ from epochal_client.resumable import UploadFields, state_path, upload
 from tests.helpers import (
     Service,
     clear_caches,
+    latest_checkpoint,
     metric_attempts,
     run_cli,
     running_service,
@@ -214,5 +215,6 @@ def test_a_store_down_30s_mid_job_the_job_trains_on_and_its_checkpoints_land(
     assert metric_attempts(service, job_id) == [(epoch, 1) for epoch in range(1, EPOCHS + 1)]
     latest = CheckpointSets(store, f"{job_id}/checkpoints").latest()
     assert latest is not None and latest.epoch == EPOCHS
+    assert latest_checkpoint(service, job_id) == latest.name  # the database's, whole too
     cleaner_round(service, monkeypatch)
     whole_and_clean(store, job_id)

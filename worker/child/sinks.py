@@ -1,4 +1,5 @@
-"""The training side's only contact with the database: one metrics row per epoch.
+"""The training side's only contact with the database: one metrics row per epoch, and the job's
+latest checkpoint once a set's manifest is in the store.
 
 The loop's logs are keyed by the row's fields already (app.schemas.metric_row); they are
 written as they are.
@@ -111,6 +112,18 @@ def forget_epochs_after(job_id: str, attempt: int, epoch: int) -> int:
     if gone is None:
         raise _lost(job_id, attempt)
     return gone
+
+
+def point_at_checkpoint(job_id: str, attempt: int, name: str) -> None:
+    """Move the job's latest checkpoint to the set `name`, whose manifest the store holds
+    (worker.training.checkpoint_upload calls it from its upload thread)."""
+
+    def point() -> bool:
+        with session_scope() as session:
+            return epoch_rows.record_checkpoint(session, job_id, attempt, name)
+
+    if not _retried(point, "pointing at the latest checkpoint"):
+        raise _lost(job_id, attempt)
 
 
 def warm_connection() -> None:

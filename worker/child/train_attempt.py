@@ -23,7 +23,12 @@ from app.schemas.job_spec import JobSpec
 from app.schemas.metric_row import SCORES, best_field, score_field
 from app.schemas.monitor import resolved_mode
 from worker.child.progress import writing_progress
-from worker.child.sinks import DbMetricRecorder, TrialPruning, forget_epochs_after
+from worker.child.sinks import (
+    DbMetricRecorder,
+    TrialPruning,
+    forget_epochs_after,
+    point_at_checkpoint,
+)
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
 from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
@@ -188,6 +193,8 @@ def train(
         pruning = TrialPruning(job_id)
         record = [forget, rows, pruning]
     store = for_job(job_id, workdir)  # None with the default store: the staging is the store
+    if store is not None and backend.is_main:
+        store.on_published = lambda manifest: point_at_checkpoint(job_id, attempt, manifest.name)
     try:
         with progress:
             gang = placement.replicas > spec.resources.replica_count  # nodes of their own

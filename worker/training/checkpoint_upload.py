@@ -4,11 +4,12 @@ The training thread stages each checkpoint on local disk (worker.training.checkp
 it to `StoreCheckpoints.submit`, which returns at once: a thread of the job's own uploads it as
 a checkpoint set (app.storage.checkpoint_sets: its parts with their sha256, the manifest last),
 so the store's latest checkpoint, the newest set with a manifest, moves only once the whole set
-is there. At most one upload is in flight. A checkpoint staged while one is still going waits
-in a single slot, and a newer one takes its place there (only the newest pending checkpoint is
-kept: the local staging stays bounded). A store that is down or throttling is retried with
-capped exponential backoff and jitter for as long as training goes on; a newer checkpoint takes
-over from one still being retried. After each set lands, older sets beyond the newest `keep`,
+is there, and the database's (the job's latest_checkpoint) only after it. At most one upload
+is in flight. A checkpoint staged while one is still going waits in a single slot, and a
+newer one takes its place there (only the newest pending checkpoint is kept: the local staging
+stays bounded). A store that is down or throttling is retried with capped exponential backoff
+and jitter for as long as training goes on; a newer checkpoint takes over from one still being
+retried. After each set lands, older sets beyond the newest `keep`,
 and prefixes left without a manifest (an upload that was given up or killed), are deleted.
 
 A resumed attempt whose staging lacks the store's newest whole set downloads it first, each part
@@ -119,6 +120,9 @@ class StoreCheckpoints:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.published: list[Manifest] = []  # every set this attempt put in the store, in order
+        # Told of each set once its manifest is in the store, before older sets are pruned:
+        # the main rank's child moves the job's latest checkpoint in the database with it.
+        self.on_published: Callable[[Manifest], None] | None = None
         self.dropped: list[int] = []  # epochs of checkpoints given up for a newer one
         self.retries = 0  # failed tries (each retried after a backoff)
         self.upload_seconds = 0.0  # spent uploading, beside training
@@ -251,6 +255,7 @@ class StoreCheckpoints:
                 log.info(
                     "checkpoint of epoch %d is in the store as %s", staged.epoch, manifest.name
                 )
+                self._point_at(manifest)
                 self._prune(manifest.name)
                 return
             finally:
@@ -260,6 +265,14 @@ class StoreCheckpoints:
                 if self._cond.wait_for(lambda: self._pending is not None or self._closed, delay):
                     self.dropped.append(staged.epoch)
                     return  # a newer checkpoint (or the end): this one is not needed any more
+
+    def _point_at(self, manifest: Manifest) -> None:
+        if self.on_published is None:
+            return
+        try:
+            self.on_published(manifest)
+        except Exception:  # the database away or the job lost: the next set points again
+            log.warning("the job's latest checkpoint not moved to %s", manifest.name, exc_info=True)
 
     def _prune(self, written: str) -> None:
         """Keep `written` and the newest `keep - 1` whole sets before it; the rest go: older

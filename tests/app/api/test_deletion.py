@@ -106,7 +106,14 @@ def test_retention_prunes_old_checkpoints_but_keeps_the_model(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (old, old_files), (new, new_files) = finished_job(client, 8), finished_job(client, 1)
+    for job_id in (old, new):
+        pointed = update(Job).where(Job.id == job_id).values(latest_checkpoint="epoch-0002")
+        with session_scope() as session:
+            session.execute(pointed)
     assert retain(monkeypatch, delete_jobs=False) == 1
+    with session_scope() as session:  # the database names no checkpoint it removed
+        assert session.get(Job, old).latest_checkpoint is None  # type: ignore[union-attr]
+        assert session.get(Job, new).latest_checkpoint == "epoch-0002"  # type: ignore[union-attr]
     assert not old_files.checkpoints.exists() and old_files.model("pytorch").is_file()
     assert new_files.checkpoints.is_dir()
     assert rows_of(old)[2] == 1 and rows_of(new)[2] == 1

@@ -10,7 +10,7 @@ from sqlalchemy import update
 
 from app.core.db import session_scope
 from app.domain import crud, epoch_rows
-from app.domain.states import JobStatus, RequeueCause
+from app.domain.states import JobStatus, RequeueCause, StopReason
 from app.domain.tables import Job, utcnow
 from app.schemas.job_spec import JobSpec
 from app.services.maintenance import reap_lost_workers
@@ -229,3 +229,21 @@ def test_list_is_newest_first_with_cursor_and_filters(db_env: dict[str, str]) ->
             crud.list_jobs(session, limit=2, cursor="not-a-cursor")
     assert [j.id for j in page1 + page2 + page3] == ids[::-1] and cursor3 is None
     assert [j.id for j in running] == [ids[0]]
+
+
+def test_the_latest_checkpoint_moves_only_for_the_attempt_that_owns_the_job(
+    db_env: dict[str, str],
+) -> None:
+    job_id = new_job()
+    assert status_of(job_id).latest_checkpoint is None
+    claim(job_id)
+    name = "epoch-000002-step-000000036"
+    with session_scope() as session:
+        assert epoch_rows.record_checkpoint(session, job_id, 1, name)
+        assert not epoch_rows.record_checkpoint(session, job_id, 2, "epoch-000009-step-9")
+    assert status_of(job_id).latest_checkpoint == name
+    with session_scope() as session:
+        done = StopReason.completed
+        assert crud.finish_job(session, job_id, 1, JobStatus.succeeded, stop_reason=done, reason="")
+        assert not epoch_rows.record_checkpoint(session, job_id, 1, "epoch-000003-step-54")
+    assert status_of(job_id).latest_checkpoint == name  # an ended job's writer is gone

@@ -16,7 +16,7 @@ import pytest
 
 from app.domain.states import ErrorCode, JobStatus
 from app.storage.base import Store, StoreUnavailable
-from app.storage.checkpoint_sets import MANIFEST, CheckpointSets
+from app.storage.checkpoint_sets import MANIFEST, CheckpointSets, Manifest
 from app.storage.registry import open_store
 from tests.helpers import configure
 from tests.storage_server import BUCKET, SeaweedServer, s3_store
@@ -152,6 +152,28 @@ def test_one_upload_in_flight_and_the_newest_waiting_replaces_an_older_one(
     assert [m.epoch for m in uploads.published] == [1, 3] and gated.most == 1
     sets = CheckpointSets(gated.inner, f"{JOB}/checkpoints")
     assert [m.epoch for m in sets.manifests()] == [3, 1]
+    uploads.close()
+
+
+def test_the_database_is_told_of_a_set_once_its_manifest_is_there_before_the_prune(
+    tmp_path: Path,
+) -> None:
+    store = open_store((tmp_path / "store").as_uri())
+    uploads = StoreCheckpoints(store, JOB, tmp_path / "staging", keep=1)
+    sets = CheckpointSets(store, f"{JOB}/checkpoints")
+    told: list[tuple[str, list[str]]] = []
+
+    def point(manifest: Manifest) -> None:  # what the set's pointer would see, then fails
+        told.append((manifest.name, [m.name for m in sets.manifests()]))
+        raise RuntimeError("the database is away")
+
+    uploads.on_published = point
+    for epoch in (1, 2):
+        uploads.submit(staged(tmp_path / "staging", epoch), epoch, epoch * 10)
+        assert uploads.drain(30)
+    first, second = (m.name for m in uploads.published)
+    assert told == [(first, [first]), (second, [second, first])]  # the older not yet pruned
+    assert [m.name for m in sets.manifests()] == [second]  # a failed pointer stops nothing
     uploads.close()
 
 
