@@ -81,15 +81,7 @@ class SeaweedServer:
         ).client("s3", endpoint_url=self.endpoint, config=client_config(3, 5, 30))
 
     def store_env(self, prefix: str, aws: Path) -> dict[str, str]:
-        """A service's settings for a store under `prefix` of the test bucket, with the standard
-        AWS variables (files under `aws` that do not exist: no profile of this machine's)."""
-        return {
-            "EPOCHAL_STORE_URL": f"s3://{BUCKET}/{prefix}",
-            "EPOCHAL_STORE_ENDPOINT": self.endpoint,
-            "AWS_CONFIG_FILE": str(aws / "no-aws-config"),
-            "AWS_SHARED_CREDENTIALS_FILE": str(aws / "no-aws-credentials"),
-            **CREDENTIALS,
-        }
+        return s3_store_env(self.endpoint, prefix, aws)
 
     def kill(self) -> None:
         """SIGKILL, as a crash: nothing is flushed or closed cleanly."""
@@ -179,3 +171,16 @@ def s3_store(server: SeaweedServer | Any, prefix: str, **kwargs: Any) -> S3Store
     """An S3 store on the test bucket of `server` (or of anything with its `endpoint`), with
     the credentials of the environment (the `s3_env` fixture)."""
     return S3Store(BUCKET, prefix, server.endpoint, **kwargs)
+
+
+def s3_store_env(endpoint: str, prefix: str, aws: Path) -> dict[str, str]:
+    """A service's settings for a store under `prefix` of the test bucket at `endpoint`, with
+    the standard AWS variables (files under `aws` that do not exist: no profile of this
+    machine's)."""
+    return {
+        "EPOCHAL_STORE_URL": f"s3://{BUCKET}/{prefix}",
+        "EPOCHAL_STORE_ENDPOINT": endpoint,
+        "AWS_CONFIG_FILE": str(aws / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(aws / "no-aws-credentials"),
+        **CREDENTIALS,
+    }

@@ -38,7 +38,7 @@ from tests.helpers import (
     wait_for_status,
     wait_until,
 )
-from tests.storage_server import BUCKET, CREDENTIALS, SeaweedServer, s3_store
+from tests.storage_server import BUCKET, CREDENTIALS, SeaweedServer, s3_store, s3_store_env
 from tests.throttling_proxy import ThrottlingServer, throttling
 
 pytestmark = pytest.mark.e2e
@@ -81,14 +81,7 @@ def service(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Service]:
     """The API (no worker yet) on the slowed S3 store."""
-    aws = tmp_path_factory.mktemp("aws")
-    store = {
-        "EPOCHAL_STORE_URL": f"s3://{BUCKET}/{prefix}",
-        "EPOCHAL_STORE_ENDPOINT": proxy.endpoint,
-        "AWS_CONFIG_FILE": str(aws / "config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(aws / "credentials"),
-        **CREDENTIALS,
-    }
+    store = s3_store_env(proxy.endpoint, prefix, tmp_path_factory.mktemp("aws"))
     with running_service({**pg_service_env, **store}, worker=False, **SETTINGS) as svc:
         yield svc
 
