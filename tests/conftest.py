@@ -62,6 +62,7 @@ SLOW_MODULES = (
     "tests/e2e/test_db_faults.py",
     "tests/e2e/test_broker_restart.py",
     "tests/e2e/test_bigger_than_memory.py",
+    "tests/e2e/test_image_example.py",
     "tests/test_benchmark_warm_start.py",
     "tests/test_benchmark_image_loader.py",
     "tests/test_benchmark_upload.py",

@@ -57,12 +57,21 @@ def held_out(splits: Splits) -> tuple[str, np.ndarray, np.ndarray]:
     return "train", splits.x_train, splits.y_train
 
 
+def labels(spec: JobSpec, splits: Splits) -> list[Any]:
+    """Each class's label, by index: the names a sharded data set's index keeps (an image
+    folder's folders), else the built-in set's names, else the index."""
+    names = splits.stream.class_names if splits.stream is not None else None
+    if names is not None and len(names) == splits.outputs:
+        return list(names)
+    return class_labels(spec, splits.outputs)
+
+
 def evaluate(spec: JobSpec, backend: Backend, splits: Splits) -> dict[str, Any]:
     """The evaluation report on the held-out split, from the back-end's outputs."""
     split, x, y = held_out(splits)
     report = evaluation_report(spec.task, backend.predict(x), y, split, splits.outputs)
     if spec.task == "classification":  # what the dashboard and `epochal show` label them by
-        report["classes"] = class_labels(spec, splits.outputs)
+        report["classes"] = labels(spec, splits)
     return report
 
 
@@ -151,7 +160,7 @@ def model_card(
             "scale": _listed(splits.scale),
             "shift": _listed(splits.shift),
         },
-        "classes": class_labels(spec, splits.outputs) if classify else None,
+        "classes": labels(spec, splits) if classify else None,
         "spec": spec.model_dump(mode="json"),
         "dataset": {
             "name": spec.dataset.name,

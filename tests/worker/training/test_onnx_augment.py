@@ -88,6 +88,7 @@ def test_model_onnx_on_raw_images_equals_the_framework_on_prepared_ones(
         model_dir = JobFiles(tmp_path).model_dir
         card = json.loads((model_dir / CARD_FILE).read_text())
         assert card["input"]["shape"] == [None, *STORED]
+        assert card["classes"] == ["ant", "bee", "cow"]  # the folders' names, from the index
         ops = [step["op"] for step in card["preprocess"]]
         assert ops == ["resize", "center_crop", "center_crop", "normalize"]
         assert card["preprocess"][1]["size"] == [9, 12]  # the random crop's stand-in

@@ -162,6 +162,11 @@ class StreamedData:
         """One sample's shape as stored (before dataset.augment's steps)."""
         return tuple(self.index.schema.x_shape)
 
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        """Each label's name, as the index keeps it (an image folder's folder names)."""
+        return self.index.class_names
+
     def _reader(self, split: str) -> ShardReader:
         part = self.parts[split]
         if part.prefix not in self._readers:

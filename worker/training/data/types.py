@@ -36,6 +36,10 @@ class StreamSource(Protocol):
     def raw_shape(self) -> tuple[int, ...]:
         """One sample's shape as stored, before dataset.augment."""
 
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        """Each label's name, when the data set names its classes (an image folder's folders)."""
+
     def normalize(self, x: np.ndarray) -> np.ndarray: ...
     def prepare(self, x: np.ndarray, ids: np.ndarray, epoch: int) -> np.ndarray: ...
     def close(self) -> None: ...
