@@ -160,7 +160,7 @@ def first_batch_seconds(store: Store, dataset: str) -> float:
 def training_run(store: Store, dataset: str, epochs: int, rows: int) -> dict[str, float]:
     """A short real run (run_attempt): samples/s and the input wait's share of the epoch,
     medians over the epochs after the first."""
-    from worker.child.attempt import run_attempt
+    from worker.child.train_attempt import run_attempt
     from worker.training.backend import Placement, create_backend
     from worker.training.callbacks import EpochLog, TrainState
     from worker.training.data import load_splits

@@ -4,7 +4,7 @@
 `python -m benchmarks.training.job_loop [--tiny|--quick] [--threads N] [--cpu-time]`:
 the residual CNN of examples/residual-fashion-mnist.yaml on the first LIMIT Fashion-MNIST
 training images (no validation split), batch 128, AdamW, in fp32 and under bf16 autocast.
-The job side is the worker's own attempt in-process (worker.child.attempt.run_attempt: the
+The job side is the worker's own attempt in-process (worker.child.train_attempt.run_attempt: the
 back-end, the loop, its callbacks, a checkpoint each epoch, the final evaluation and export),
 without a database; the hand side is the plain nn.Module of benchmarks.training.hand_networks
 in the loop a PyTorch user writes (a fresh permutation each epoch, `x[idx]`, forward, loss,
@@ -66,7 +66,7 @@ def job_turn(body: dict[str, Any], splits: Any, clock: Clock, threads: int | Non
     attempt. The clock is read around the back-end's train_epoch, where the loop reads its
     own; `threads`: the intra-op pool (default torch's)."""
     from app.schemas.job_spec import JobSpec
-    from worker.child.attempt import run_attempt
+    from worker.child.train_attempt import run_attempt
     from worker.training.backend import Placement, TrainedEpoch, create_backend
     from worker.training.callbacks import TrainState
 

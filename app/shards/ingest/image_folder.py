@@ -1,6 +1,7 @@
 """Image folders: one subfolder per class (the class names are the folder names, sorted), each
 holding JPEG or PNG files of any size. Every image becomes a record of one size and colour
-(see _images); the files are read in order of class, then name."""
+(see _images). The files are stored in one fixed shuffle of (class, name) order: a job holds out
+the last records for validation and `limit` takes the first ones, and neither may be one class."""
 
 from __future__ import annotations
 
@@ -23,11 +24,19 @@ def is_image_folder(path: Path) -> bool:
     )
 
 
+SHUFFLE_SEED = 0  # fixed: the same folder gives the same records, so the same version
+
+
 def _images(root: Path, classes: list[Path]) -> Iterator[tuple[Path, int]]:
-    for label, folder in enumerate(classes):
-        for path in sorted(folder.iterdir()):
-            if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES:
-                yield path, label
+    listed = [
+        (path, label)
+        for label, folder in enumerate(classes)
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES
+    ]
+    rest = np.random.default_rng(SHUFFLE_SEED).permutation(len(listed) - 1) + 1
+    for i in (0, *rest) if listed else ():  # the first file (class, then name) stays first:
+        yield listed[i]  # its size is the records' (ImageFitter)
 
 
 def read(path: Path, options: Options) -> Source:

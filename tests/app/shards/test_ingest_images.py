@@ -46,11 +46,28 @@ def test_an_image_folder_becomes_records_of_the_first_images_size(
     assert index.schema.x_shape == (8, 8, 3) and index.schema.x_dtype == "|u1"
     assert len(index.shards) > 1
     x, y = read_back(store, "pets/train")
-    assert y.tolist() == [0, 0, 0, 1, 1]
-    assert np.array_equal(x[:3], np.stack(cats))  # PNG is lossless
+    assert sorted(y.tolist()) == [0, 0, 0, 1, 1] and y[0] == 0  # cat/ first: its first file's size
+    stored_cats = {row.tobytes() for row in x[y == 0]}
+    assert stored_cats == {c.tobytes() for c in cats}  # PNG is lossless
     green = np.zeros((8, 8, 3), dtype=np.uint8)
     green[..., 1] = 255
-    assert np.array_equal(x[3], green) and np.array_equal(x[4], green)
+    assert all(np.array_equal(row, green) for row in x[y == 1])
+
+
+def test_an_image_folders_records_mix_its_classes(store: Store, tmp_path: Path) -> None:
+    """Stored in one fixed shuffle, not class by class: a job's validation split (the last
+    records) and `limit` (the first) mix the classes, and the same folder stores the same."""
+    images = {
+        name: [image_bytes(RNG.integers(0, 256, (4, 4, 3), dtype=np.uint8)) for _ in range(10)]
+        for name in "abcd"
+    }
+    root = write_image_folder(tmp_path / "four", images)
+    ingest_file(store, "four/train", root, "classification")
+    ingest_file(store, "again/train", root, "classification")
+    (_, y), (_, again) = read_back(store, "four/train"), read_back(store, "again/train")
+    assert len(set(y[:10].tolist())) > 2 and len(set(y[-10:].tolist())) > 2  # not one class
+    assert y.tolist() != sorted(y.tolist())
+    assert y.tolist() == again.tolist()
 
 
 def test_image_size_and_grayscale_follow_the_options_or_the_first_image(tmp_path: Path) -> None:
@@ -79,11 +96,13 @@ def test_a_corrupt_jpeg_fails_naming_its_file_and_record(store: Store, tmp_path:
     root = write_image_folder(tmp_path / "photos", images, ".jpg")
     with pytest.raises(IngestError) as caught:
         ingest_file(store, "photos/train", root, "classification", shard_bytes=1024)
-    assert (caught.value.file, caught.value.record) == ("photos/b/001.jpg", 3)
+    assert caught.value.file == "photos/b/001.jpg"  # its record: its place in the stored shuffle
+    record = caught.value.record
+    assert isinstance(record, int) and 0 < record < 5
     assert "not a readable JPEG or PNG image" in str(caught.value)
     assert_no_data_set(store, "photos/train")
     (root / "b" / "001.jpg").write_bytes(b"not an image at all")
-    with pytest.raises(IngestError, match="photos/b/001.jpg, record 3: not a readable"):
+    with pytest.raises(IngestError, match=f"photos/b/001.jpg, record {record}: not a readable"):
         ingest_file(store, "photos/train", root, "classification")
     assert_no_data_set(store, "photos/train")
 
@@ -149,6 +168,9 @@ def test_fashion_mnist_as_png_folders_ingests_to_its_own_pixels(tmp_path: Path) 
     assert index.class_names[:2] == ("0-t-shirt-top", "1-trouser")
     x = read_idx(files["train/train-images-idx3-ubyte"])[:40]
     y = read_idx(files["train/train-labels-idx1-ubyte"])[:40]
-    by_class = np.argsort(y, kind="stable")  # the ingest's order: class, then file name
-    got_x, got_y = read_back(store, "fm/train")
-    assert np.array_equal(got_x[..., 0], x[by_class]) and np.array_equal(got_y, y[by_class])
+    got_x, got_y = read_back(store, "fm/train")  # in the ingest's shuffle: compared as a set
+
+    def pairs(labels: np.ndarray, rows: np.ndarray) -> list[tuple[int, bytes]]:
+        return sorted((int(k), r.tobytes()) for k, r in zip(labels, rows, strict=True))
+
+    assert pairs(got_y, got_x[..., 0]) == pairs(y, x)
