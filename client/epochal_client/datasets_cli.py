@@ -2,8 +2,9 @@
 
 `upload` sends a file of one part or less in one request (stored whole, ready at once) and a
 larger one as a resumable upload, ingested into shards; rerun on the same file, it goes on
-from what the server holds. `add` registers files the server may read; `show` prints the
-resource, its status, rows, bytes, classes, version and error.
+from what the server holds. A directory (an image folder) is packed into one tar file
+(packed.py) and sent as a resumable upload the same way. `add` registers files the server
+may read; `show` prints the resource, its status, rows, bytes, classes, version and error.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
-from epochal_client import render, resumable
+from epochal_client import packed, render, resumable
 from epochal_client.client import Client
 from epochal_client.terminal import connect, console, errors
 from epochal_client.types import Dataset, build
@@ -34,7 +35,8 @@ def _send_resumable(client: Client, path: Path, fields: resumable.UploadFields) 
         console=errors,
         transient=True,
     ) as bar:
-        task = bar.add_task(path.name, total=path.stat().st_size)
+        label = fields.filename or path.name
+        task = bar.add_task(label, total=path.stat().st_size)
 
         def moved(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
@@ -44,14 +46,20 @@ def _send_resumable(client: Client, path: Path, fields: resumable.UploadFields) 
 
 @datasets.command("upload")
 def datasets_upload(
-    path: Annotated[Path, typer.Argument(help=".npz with arrays x and y, .npy, or .csv")],
+    path: Annotated[
+        Path,
+        typer.Argument(help=".npz with arrays x and y, .npy, .csv, or a directory (image folder)"),
+    ],
     name: Annotated[str | None, typer.Option(help="default: the file name")] = None,
     label_column: Annotated[str | None, typer.Option(help="CSV: the label column")] = None,
     task: Annotated[str | None, typer.Option(help="classification or regression")] = None,
     kind: Annotated[
         str | None, typer.Option(help="values (default) or tokens: x holds token ids")
     ] = None,
-    format: Annotated[str | None, typer.Option(help="when the suffix does not say it")] = None,
+    format: Annotated[
+        str | None,
+        typer.Option(help="when the suffix does not say it; a directory: image_folder"),
+    ] = None,
     resumable_: Annotated[
         bool,
         typer.Option("--resumable", help="send in parts and ingest into shards, whatever the size"),
@@ -60,11 +68,15 @@ def datasets_upload(
     """Upload a data set and print its id; rerun, it resumes from the server's offset.
 
     Use the id as dataset.id in a spec. A file over one part (8 MiB) goes in parts and is
-    ingested into shards (`datasets show` tells when it is ready)."""
+    ingested into shards (`datasets show` tells when it is ready). A directory is packed into
+    one tar file (kept in the cache folder until it is sent) and sent in parts the same way."""
+    if path.is_dir():
+        _upload_directory(path, name, task, format)
+        return
     if not path.is_file():
         errors.print(
-            f"[red]error:[/] {path} is not a file: upload one file (.npz, .npy, .csv), or "
-            "register a folder the server can read with `epochal datasets add`",
+            f"[red]error:[/] {path} is neither a file nor a directory: upload one file "
+            "(.npz, .npy, .csv) or an image folder",
             highlight=False,
         )
         raise typer.Exit(1)
@@ -75,6 +87,19 @@ def datasets_upload(
             dataset = _send_resumable(client, path, fields)
         else:
             dataset = client.upload_dataset(path, name, label_column, task, kind)
+    console.print(dataset.id, highlight=False)
+
+
+def _upload_directory(path: Path, name: str | None, task: str | None, format: str | None) -> None:
+    """Pack the directory (or reuse its tar, packed before from the same files) and send it."""
+    title = path.resolve().name
+    fields = resumable.UploadFields(
+        name or title, task, None, format or "image_folder", filename=f"{title}.tar"
+    )
+    tar = packed.packed(path)
+    with connect() as client:
+        dataset = _send_resumable(client, tar, fields)
+    packed.forget(path)
     console.print(dataset.id, highlight=False)
 
 

@@ -38,6 +38,7 @@ class UploadFields:
     task: str | None = None
     label_column: str | None = None
     format: str | None = None
+    filename: str | None = None  # the name the server is told, when not the file's own
 
 
 def state_path() -> Path:
