@@ -63,6 +63,7 @@ SLOW_MODULES = (
     "tests/e2e/test_broker_restart.py",
     "tests/e2e/test_bigger_than_memory.py",
     "tests/e2e/test_image_example.py",
+    "tests/e2e/test_upload_directory.py",
     "tests/test_benchmark_warm_start.py",
     "tests/test_benchmark_image_loader.py",
     "tests/test_benchmark_upload.py",
