@@ -65,7 +65,7 @@ def datasets_upload(
         typer.Option("--resumable", help="send in parts and ingest into shards, whatever the size"),
     ] = False,
 ) -> None:
-    """Upload a data set and print its id; rerun, it resumes from the server's offset.
+    """Upload a file or a directory (image folder) and print its id; rerun, it resumes.
 
     Use the id as dataset.id in a spec. A file over one part (8 MiB) goes in parts and is
     ingested into shards (`datasets show` tells when it is ready). A directory is packed into
