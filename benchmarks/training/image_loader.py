@@ -65,7 +65,7 @@ def write_and_ingest(root: Path, dataset: str, images: int) -> float:
     """A seeded sample of `images` training images as JPEG files under root/<dataset>/,
     ingested into the directory store at root/store as the data set `dataset`; the seconds
     the ingest took."""
-    from app.schemas.job_spec import CLASS_NAMES
+    from app.schemas.dataset_spec import CLASS_NAMES
     from app.shards import dataset_prefix
     from app.shards.ingest import ingest_file
     from app.storage.directory import DirectoryStore
