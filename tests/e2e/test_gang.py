@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from app.domain.job_files import JobFiles
 from tests.helpers import (
@@ -248,6 +249,8 @@ def test_a_killed_member_stops_the_gang_which_resumes_whole_on_other_workers(
     epochs = 12
     job = submit(client, epochs, framework, nodes=2)
     wait_until(lambda: len(metric_attempts(service, job)) >= 2, 240, "epoch 2")
+    if store == "s3":  # resumed from the store: a whole checkpoint must have reached it
+        wait_until(lambda: latest_checkpoint(service, job), 240, "a checkpoint in the store")
     ranks = {
         name: line
         for name, home in names.items()
@@ -383,3 +386,15 @@ def test_a_gang_far_below_a_queued_job_stops_whole_at_its_epoch_and_resumes_as_a
     wait_until(
         lambda: not any(w["busy"] for w in live_workers(client)), 30, "both workers to be free"
     )
+
+
+def latest_checkpoint(service: Service, job_id: str) -> str | None:
+    """The job's newest whole checkpoint in the S3 store (job.latest_checkpoint)."""
+    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT latest_checkpoint FROM job WHERE id = :j")
+            found = conn.execute(query, {"j": job_id}).scalar()
+            return None if found is None else str(found)
+    finally:
+        engine.dispose()
