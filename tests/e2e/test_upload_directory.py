@@ -7,7 +7,6 @@ folder once sent."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,19 +16,11 @@ import pytest
 from epochal_client import packed
 from epochal_client.client import Client
 from epochal_client.resumable import PART_BYTES, UploadFields, state_path, upload
-from tests.helpers import Service, run_cli, running_service, wait_until
+from tests.e2e.test_dataset_ingest import CutOff, epochal  # the ingest tests' CLI call and cut-off
+from tests.helpers import Service, running_service, wait_until
 from tests.shard_data import image_bytes, write_image_folder
 
 pytestmark = pytest.mark.e2e
-
-
-class CutOff(Exception):
-    """The client going away after its first part."""
-
-
-def cut_after_first_part(done: int, total: int) -> None:
-    if done > 0:
-        raise CutOff
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +37,9 @@ def service(pg_service_env: dict[str, str], roots: Path) -> Iterator[Service]:
         yield svc
 
 
-def epochal(service: Service, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(service, *args, env={"XDG_CACHE_HOME": str(cache)})
+def cut_after_first_part(done: int, total: int) -> None:
+    if done > 0:
+        raise CutOff
 
 
 def ready(service: Service, cache: Path, dataset_id: str) -> dict[str, object]:
