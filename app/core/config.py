@@ -131,6 +131,12 @@ class Settings(BaseSettings):
         description="Memory a training process's streaming reader may hold for a sharded data "
         "set: whole shards and the batches in flight (a job's dataset.stream_ram_mb may lower it).",
     )
+    ingest_shard_bytes: int = Field(
+        64 * 1024**2,
+        ge=4096,
+        description="About how many bytes each shard an ingest writes holds (tens of MB: one "
+        "ranged GET and one cache entry each; small ones make a small data set several shards).",
+    )
     collective_timeout_seconds: float = Field(
         120.0,
         gt=0,

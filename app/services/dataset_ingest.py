@@ -102,6 +102,7 @@ def _has_test_part(path: Path) -> bool:
 
 def _ingest(store: Store, src: Source, path: Path) -> tuple[ShardIndex, ShardIndex | None]:
     """Train (and, from an .npz with x_test and y_test, test) written; their indexes."""
+    shard_bytes = get_settings().ingest_shard_bytes
     extra: dict[str, Any] = {"format": src.format} if src.format else {}
     train = ingest_file(
         store,
@@ -109,13 +110,19 @@ def _ingest(store: Store, src: Source, path: Path) -> tuple[ShardIndex, ShardInd
         path,
         src.task,
         label_column=src.label_column,
+        shard_bytes=shard_bytes,
         **extra,
     )
     if not _has_test_part(path):
         return train, None
     _progress(src.dataset_id, 0.5)
     test = ingest_file(
-        store, dataset_prefix(src.dataset_id, "test"), path, src.task, arrays=TEST_ARRAYS
+        store,
+        dataset_prefix(src.dataset_id, "test"),
+        path,
+        src.task,
+        arrays=TEST_ARRAYS,
+        shard_bytes=shard_bytes,
     )
     if test.schema.x_shape != train.schema.x_shape or test.schema.x_dtype != train.schema.x_dtype:
         raise ShardError(

@@ -1,7 +1,8 @@
 """Data sets registered by reference: a file under an allowed root is ingested like an upload;
 so is a key under the S3 store's data prefix; anything outside the roots, a `..`, a symbolic
 link leading out, or a store key outside the data prefix is a 422 naming the problem, and
-nothing is registered. Shards past the key's quota fail the ingest."""
+nothing is registered. Shards past the key's quota fail the ingest; the ingest cuts shards of
+EPOCHAL_INGEST_SHARD_BYTES."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.core.config import get_settings
 from app.services.dataset_ingest import run_ingest
+from app.shards.index import dataset_prefix, read_index
 from app.storage import get_store
 from tests.conftest import make_key
 from tests.storage_server import BUCKET, SeaweedServer
@@ -92,6 +94,19 @@ def test_no_roots_means_no_reference(
     get_settings.cache_clear()
     code, body = register(client, str(roots[0] / "small.npz"))
     assert code == 422 and "EPOCHAL_DATA_ROOTS" in body["detail"]
+
+
+def test_the_ingest_cuts_shards_of_the_size_the_worker_is_set_to(
+    client: TestClient, roots: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EPOCHAL_INGEST_SHARD_BYTES", "4096")
+    get_settings.cache_clear()
+    x = np.random.default_rng(1).normal(size=(200, 16)).astype(np.float32)
+    np.savez(roots[0] / "points.npz", x=x, y=np.arange(200) % 3)  # 72-byte records
+    code, body = register(client, str(roots[0] / "points.npz"))
+    assert code == 201 and run_ingest(body["id"]) == "ready"
+    index = read_index(get_store(), dataset_prefix(body["id"], "train"))
+    assert index.rows == 200 and len(index.shards) == 4 and index.max_shard_bytes <= 4096
 
 
 def test_shards_over_the_quota_fail_the_ingest(
