@@ -40,6 +40,7 @@ LONG_MODULES = ("tests/e2e/", "tests/packaging/", "tests/worker/training/")
 SLOW_MODULES = (
     "tests/packaging/",
     "tests/e2e/test_gang.py",
+    "tests/e2e/test_gang_streamed.py",
     "tests/e2e/test_up.py",
     "tests/e2e/test_up_stop.py",
     "tests/e2e/test_sweeps.py",
