@@ -33,7 +33,7 @@ from tests.e2e.test_gang import (  # noqa: F401 (client and start_worker: fixtur
 )
 from tests.helpers import Service, running_service, wait_for_status, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.torch]
+pytestmark = pytest.mark.e2e
 ROWS, FEATURES, CLASSES = 300, 16, 4
 SHARD_BYTES = 4096  # a record is 72 bytes: shards of about 56 rows, 6 in all
 # No validation split, so an epoch is its training pass alone and its row's samples/s times
@@ -92,7 +92,10 @@ def rows(api: httpx.Client, job: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("framework", "strategy"),
-    [("pytorch", "ddp"), pytest.param("tensorflow", "mirrored", marks=pytest.mark.tf)],
+    [
+        pytest.param("pytorch", "ddp", marks=pytest.mark.torch),
+        pytest.param("tensorflow", "mirrored", marks=pytest.mark.tf),
+    ],
 )
 def test_a_two_node_gang_streams_a_sharded_data_set_like_two_replicas(
     service: Service,
