@@ -19,6 +19,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import psycopg
@@ -115,20 +116,30 @@ class SqliteWatcher:
             await asyncio.sleep(RETRY_SECONDS[1])
 
     async def _watch(self, wake: Wake) -> None:
-        conn = await asyncio.to_thread(
-            sqlite3.connect, self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
+        # One thread owns the connection and runs its calls in order. A cancelled await does
+        # not stop its call: the close, queued behind it on the same thread, waits for it.
+        # Closed from here instead, mid-call on another thread, SQLite reads freed memory.
+        executor = ThreadPoolExecutor(1, thread_name_prefix="sqlite-watch")
+        loop = asyncio.get_running_loop()
+        conn: sqlite3.Connection | None = None
         try:
-            last = await asyncio.to_thread(_data_version, conn)
+            conn = await loop.run_in_executor(executor, _connect, self.path)
+            last = await loop.run_in_executor(executor, _data_version, conn)
             self.live = True
             while True:
                 await asyncio.sleep(self.every)
-                version = await asyncio.to_thread(_data_version, conn)
+                version = await loop.run_in_executor(executor, _data_version, conn)
                 if version != last:
                     last = version
                     wake(None)
         finally:
-            conn.close()
+            if conn is not None:
+                executor.submit(conn.close)
+            executor.shutdown(wait=False)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    return sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
 
 
 def _data_version(conn: sqlite3.Connection) -> int:

@@ -5,18 +5,24 @@ connection killed by the server loses and reorders nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
+import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
+import pytest
 from sqlalchemy import text
 
 from app.core.config import get_settings
 from app.core.db import get_engine
-from app.services.event_push import APPLICATION_NAME, PgListener, push_for
+from app.services import event_push
+from app.services.event_push import APPLICATION_NAME, PgListener, SqliteWatcher, push_for
 from app.services.live_events import Cursor, Event, EventHub, read_new_events
 from tests.app.services.test_events import claim, collect, epoch, finish, label, new_job
-from tests.helpers import run_async, scaled
+from tests.helpers import run_async, scaled, wait_until
 
 NO_POLL = 600.0  # seconds: longer than any test waits, so only a wake-up delivers an event
 EXPECTED = [
@@ -151,3 +157,53 @@ class WatchedWake(asyncio.Event):
 def terminate(pid: int) -> None:
     with get_engine().connect() as conn:
         assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+
+
+def test_a_cancelled_sqlite_watch_closes_its_connection_after_the_call_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watch cancelled (the app shutting down) while its PRAGMA runs on a thread: the close
+    waits for that call. Closed from the loop mid-call, SQLite read freed memory (a segfault
+    seen at an app's shutdown), or the call failed on a closed database."""
+    path = tmp_path / "watched.db"
+    sqlite3.connect(path).close()
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int | Exception] = []
+    connections: list[sqlite3.Connection] = []
+    real = event_push._data_version
+
+    def held_on_second_call(conn: sqlite3.Connection) -> int:
+        connections.append(conn)
+        if calls:  # the first read is the baseline; hold the next one mid-call
+            entered.set()
+            release.wait(scaled(10))
+        try:
+            version = real(conn)
+        except sqlite3.Error as exc:
+            calls.append(exc)
+            raise
+        calls.append(version)
+        return version
+
+    monkeypatch.setattr(event_push, "_data_version", held_on_second_call)
+
+    async def cancel_mid_call() -> None:
+        watch = asyncio.create_task(SqliteWatcher(str(path), every=0.01)._watch(lambda _: None))
+        assert await asyncio.to_thread(entered.wait, scaled(10)), "the second read never began"
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        release.set()
+
+    run_async(cancel_mid_call())
+    wait_until(lambda: len(calls) == 2, 10, "the held read to end")
+    assert isinstance(calls[1], int), calls
+
+    def closed() -> bool:
+        try:
+            connections[0].execute("SELECT 1")
+        except sqlite3.ProgrammingError:
+            return True
+        return False
+
+    wait_until(closed, 10, "the watch's connection to be closed")
