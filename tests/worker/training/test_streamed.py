@@ -12,11 +12,13 @@ import pytest
 
 from app.domain.states import StopReason
 from app.shards.index import dataset_prefix
+from app.shards.reader import ShardReader
 from app.storage.base import Store
 from app.storage.directory import DirectoryStore
 from tests.shard_data import write_dataset
 from tests.worker.training.inprocess import AtStep, KillAtStep, Killed, make_spec, run_spec
 from worker.training.callbacks import TrainState
+from worker.training.data import streamed
 
 ROWS = [60, 45, 70, 30, 55, 40]  # 300 samples in uneven shards
 FRAMEWORKS = [
@@ -106,3 +108,26 @@ def test_a_streamed_job_stopped_mid_epoch_checkpoints_there_and_goes_on(
     assert [r["train_loss"] for r in resumed.rows] == [r["train_loss"] for r in whole.rows]
     for w, v in zip(whole.weights, resumed.weights, strict=True):
         np.testing.assert_array_equal(w, v)
+
+
+def test_reads_beside_the_training_stream_keep_no_shard(
+    data_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The setup's reads (normalization statistics, the sample), evaluation's and a report's
+    drop their shards when done: none sits beside the training stream's budget, the only
+    reader memory app.domain.stream_memory counts."""
+    opened: list[ShardReader] = []
+
+    class Recorded(ShardReader):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(streamed, "ShardReader", Recorded)
+    data = streamed.open_streamed(spec_for("pytorch"), data_store)
+    assert data is not None
+    streamed.streamed_splits(data)
+    assert len(list(data.chunks("val", 0, 1))) == 1
+    assert len(data.raw_head("test", 5)[0]) == 5
+    assert [reader.cache.used for reader in opened] == [0] * len(opened)
+    assert len(opened) >= 4  # statistics and sample (or one for both), chunks, report

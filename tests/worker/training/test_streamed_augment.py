@@ -47,9 +47,7 @@ def test_training_batches_are_augmented_and_held_out_rows_are_not(images: Store)
         prepared = data.prepare(batch.x, batch.ids, batch.epoch)
         assert np.array_equal(prepared, batch.x[:, :, ::-1])  # p=1: every image mirrored
         x_val, _ = data.head("val", 5)
-        raw, _ = data._reader("val").read_range(
-            data.parts["val"].start, data.parts["val"].start + 5
-        )
+        raw, _ = data.raw_head("val", 5)
         assert np.array_equal(x_val, raw)  # a random step never touches held-out rows
     finally:
         data.close()
@@ -59,7 +57,7 @@ def test_a_sample_is_cropped_the_same_whichever_batch_holds_it(images: Store) ->
     data = open_streamed(spec_for("pytorch", [CROP]), images)  # type: ignore[arg-type]
     assert data is not None
     try:
-        x, _ = data._reader("train").read_range(0, 6)
+        x, _ = data.raw_head("train", 6)
         ids = np.arange(6)
         whole = data.prepare(x, ids, epoch=3)
         alone = data.prepare(x[4:5], ids[4:5], epoch=3)

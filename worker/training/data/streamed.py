@@ -16,6 +16,7 @@ The reader's memory budget is app.domain.stream_memory's too.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,7 +80,6 @@ class StreamedData:
             tested = min(test.rows, ds.limit or test.rows)
             self.parts["test"] = Part(dataset_prefix(ds.id or "", "test"), test, 0, tested)
         self.ram_bytes = reader_bytes(get_settings(), ds.stream_ram_mb)
-        self._readers: dict[str, ShardReader] = {}
         self.scale, self.shift = self._statistics(ds.normalize)
         # Training batches take every augment step; held-out rows only the deterministic ones.
         self.train_steps = list(ds.augment)
@@ -142,10 +142,11 @@ class StreamedData:
     def chunks(self, split: str, rank: int, world: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Rank `rank`'s chunks of a held-out split, prepared: chunk k to rank k mod world."""
         part = self.parts[split]
-        for k, start in enumerate(range(part.start, part.stop, EVAL_ROWS)):
-            if k % world == rank:
-                x, y = self._reader(split).read_range(start, min(start + EVAL_ROWS, part.stop))
-                yield self.held_out(x), y
+        with self._reader(split) as reader:
+            for k, start in enumerate(range(part.start, part.stop, EVAL_ROWS)):
+                if k % world == rank:
+                    x, y = reader.read_range(start, min(start + EVAL_ROWS, part.stop))
+                    yield self.held_out(x), y
 
     def head(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """The first `rows` samples of a split, prepared (a report's or a check's sample)."""
@@ -155,7 +156,8 @@ class StreamedData:
     def raw_head(self, split: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
         """The first `rows` samples of a split as stored: what model.onnx is fed."""
         part = self.parts[split]
-        return self._reader(split).read_range(part.start, min(part.start + rows, part.stop))
+        with self._reader(split) as reader:
+            return reader.read_range(part.start, min(part.start + rows, part.stop))
 
     @property
     def raw_shape(self) -> tuple[int, ...]:
@@ -167,14 +169,18 @@ class StreamedData:
         """Each label's name, as the index keeps it (an image folder's folder names)."""
         return self.index.class_names
 
-    def _reader(self, split: str) -> ShardReader:
+    @contextmanager
+    def _reader(self, split: str) -> Iterator[ShardReader]:
+        """A reader of a split's part for one pass, its shards dropped at the end: kept for
+        the job, its cache (two shards) would sit beside the training stream's budget, which
+        is all app.domain.stream_memory counts, for every epoch."""
         part = self.parts[split]
-        if part.prefix not in self._readers:
-            cache = max(2 * part.index.max_shard_bytes, 1)
-            self._readers[part.prefix] = ShardReader(
-                self.store, part.prefix, cache_bytes=cache, index=part.index
-            )
-        return self._readers[part.prefix]
+        cache = max(2 * part.index.max_shard_bytes, 1)
+        reader = ShardReader(self.store, part.prefix, cache_bytes=cache, index=part.index)
+        try:
+            yield reader
+        finally:
+            reader.close()
 
     def _statistics(self, how: str) -> tuple[np.ndarray, np.ndarray]:
         part = self.parts["train"]
@@ -191,13 +197,13 @@ class StreamedData:
         most = statistics_rows(int(np.prod(part.index.schema.x_shape)))
         if len(ids) > most:
             ids = np.sort(rng.choice(ids, most, replace=False))
-        x, _ = self._reader("train").take(ids)
+        with self._reader("train") as reader:
+            x, _ = reader.take(ids)
         return normalizer(x.astype(np.float32), None, how)
 
     def close(self) -> None:
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
+        """Nothing to release: each read closes its reader (the streams are closed by their
+        users)."""
 
 
 def step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
