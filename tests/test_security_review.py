@@ -90,7 +90,7 @@ def test_key_digests_are_compared_in_constant_time() -> None:
     """P43: the stored digest meets the presented one only in hmac.compare_digest, never `==`."""
     path = ROOT / "app" / "domain" / "keys.py"
     compared = [c for c in calls(path) if name_of(c) == "hmac.compare_digest"]
-    # the key row's digest, and the cached copy of it (app.domain.keys.CachedKey)
+    # the key row's digest, and the cached copy of it (app.domain.keys.KeyRow, in KeyCache)
     stored = {ast.unparse(c.args[0]) for c in compared}
     assert stored and stored <= {"row.secret_hash", "self.secret_hash"}
     equalities = [

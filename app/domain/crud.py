@@ -1,7 +1,9 @@
-"""The job state machine and queries; every status change goes through here.
+"""The job state machine and a job's rows; every status change goes through here.
 
 Changes that race (claim, cancel, finish, reap) are one conditional UPDATE each, so the
-database decides who wins whatever the broker redelivers (RELIABILITY.md P10).
+database decides who wins whatever the broker redelivers (RELIABILITY.md P10). Reads and
+checks that change no status are beside it: job_reads, worker_reads, key_jobs,
+publish_reservation.
 """
 
 from __future__ import annotations
@@ -12,16 +14,11 @@ from typing import Any
 
 from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
 
 from app.core.db import rows_changed
 from app.domain import scheduler_stats
 from app.domain.admission import Admitted, admit
-from app.domain.cost import gigabytes
-from app.domain.datasets import lock_owner
-from app.domain.job_reads import page_query
 from app.domain.keys import caller_of
-from app.domain.paging import encode_cursor
 from app.domain.redact import without_server_paths
 from app.domain.states import (
     ACTIVE,
@@ -32,7 +29,7 @@ from app.domain.states import (
     StopReason,
     requeue_reason,
 )
-from app.domain.tables import Job, JobTransition, Worker, utcnow
+from app.domain.tables import Job, JobTransition, utcnow
 from app.domain.usage import note_transition
 from app.schemas.job_spec import JobSpec
 
@@ -101,15 +98,6 @@ def get_job(session: Session, job_id: str) -> Job | None:
 def transitions(session: Session, job_id: str) -> Sequence[JobTransition]:
     query = select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
     return session.scalars(query).all()
-
-
-def list_jobs(session: Session, *, limit: int, **filters: Any) -> tuple[list[Job], str | None]:
-    """A page of jobs as ORM objects (filters as app.domain.job_reads.page_query) and the next
-    page's cursor; the API's list serves job_reads.summaries instead."""
-    query, params = page_query(Job, limit=limit, **filters)
-    jobs = list(session.scalars(query, params))
-    next_cursor = encode_cursor(jobs[limit - 1]) if len(jobs) > limit else None
-    return jobs[:limit], next_cursor
 
 
 def claim_job(session: Session, job_id: str, worker: str, lease_seconds: float) -> Job | None:
@@ -259,30 +247,6 @@ def requeue(session: Session, job: Job, cause: RequeueCause, detail: str | None 
     return True
 
 
-def reserve_publish(session: Session, job: Job) -> bool:
-    """Reserve a queued job's (re)publish for this process; one process wins per round."""
-    before, stamp = job.dispatched_at, utcnow()
-    condition = Job.dispatched_at.is_(None) if before is None else Job.dispatched_at == before
-    claimed = rows_changed(
-        session,
-        update(Job)
-        .where(Job.id == job.id, Job.status == JobStatus.queued, condition)
-        .values(dispatched_at=stamp),
-    )
-    if claimed:  # remember our stamp (without a second write) so release_publish can match it
-        set_committed_value(job, "dispatched_at", stamp)
-    return bool(claimed)
-
-
-def release_publish(session: Session, job: Job) -> None:
-    """Undo reserve_publish after a publish that failed (only if nobody sent it since)."""
-    session.execute(
-        update(Job)
-        .where(Job.id == job.id, Job.dispatched_at == job.dispatched_at)
-        .values(dispatched_at=None)
-    )
-
-
 def expired_leases(session: Session) -> Sequence[Job]:
     query = select(Job).where(Job.status.in_(ACTIVE), Job.lease_expires_at < utcnow())
     return session.scalars(query).all()
@@ -290,45 +254,6 @@ def expired_leases(session: Session) -> Sequence[Job]:
 
 def queued_jobs(session: Session) -> Sequence[Job]:
     return session.scalars(select(Job).where(Job.status == JobStatus.queued)).all()
-
-
-def live_workers(session: Session, within_seconds: float) -> Sequence[Worker]:
-    """Workers whose heartbeat is fresh."""
-    horizon = utcnow() - timedelta(seconds=within_seconds)
-    return session.scalars(select(Worker).where(Worker.heartbeat_at >= horizon)).all()
-
-
-def wait_reason(session: Session, job: Job, within_seconds: float) -> str | None:
-    """Why a queued job has not started, in words a user can act on."""
-    if job.status != JobStatus.queued:
-        return None
-    return wait_reason_among(job, live_workers(session, within_seconds))
-
-
-def wait_reason_among(job: Job, workers: Sequence[Worker]) -> str:
-    """wait_reason of a queued job, given the live workers."""
-    if not workers:
-        return "waiting for a worker: none is live"
-    largest = max(w.gpus for w in workers)
-    if largest < job.gpus:
-        return f"waiting for a worker with ≥ {job.gpus} GPUs; largest live worker has {largest}"
-    fitting = [w for w in workers if w.gpus >= job.gpus]
-    needed = job.memory_bytes
-    if needed is not None:  # the claim leaves the job to a worker with its estimate's memory
-        roomy = [w for w in fitting if w.memory_bytes is None or w.memory_bytes >= needed]
-        if not roomy:
-            most = max(w.memory_bytes or 0 for w in fitting)
-            return (
-                f"waiting for a worker with ≥ {gigabytes(needed)} of memory (the job's "
-                f"estimate); the largest live worker that fits has {gigabytes(most)}"
-            )
-        fitting = roomy
-    free = sum(1 for w in fitting if w.current_job_id is None)
-    if job.nodes > 1 and free < job.nodes:
-        return f"waiting for {job.nodes} free workers at once (a gang); {free} free"
-    if not free:
-        return "waiting for a free worker: every worker that fits is busy"
-    return "waiting to be picked up"
 
 
 def force_fail_queued(
@@ -354,33 +279,6 @@ def force_fail_queued(
     return bool(failed)
 
 
-def find_idempotent(session: Session, owner_id: str | None, key: str) -> Job | None:
-    query = select(Job).where(Job.idempotency_key == key)
-    query = (
-        query.where(Job.owner_id == owner_id) if owner_id else query.where(Job.owner_id.is_(None))
-    )
-    return session.scalars(query).first()
-
-
 def set_disk_bytes(session: Session, job_id: str, size: int) -> None:
     """What the job's directory holds now (its key's storage quota counts it)."""
     session.execute(update(Job).where(Job.id == job_id).values(disk_bytes=size))
-
-
-def count_active(session: Session, owner_id: str) -> int:
-    """Worker seats of this owner's queued or running jobs, one per node (the per-key quota
-    counts these): a 16-node job holds 16 workers, as 16 jobs would.
-
-    It first locks the owner's key row until the caller commits, so a count and the insert
-    after it are atomic: on PostgreSQL FOR NO KEY UPDATE (concurrent submits of one key queue
-    up, a job's foreign-key check is not blocked); SQLite's BEGIN IMMEDIATE already serializes
-    every writer (app.core.db), and the clause renders as nothing there.
-    """
-    lock_owner(session, owner_id)
-    active = (JobStatus.queued, *ACTIVE)
-    query = (
-        select(func.coalesce(func.sum(Job.nodes), 0))
-        .select_from(Job)
-        .where(Job.owner_id == owner_id, Job.status.in_(active))
-    )
-    return int(session.scalar(query) or 0)

@@ -1,6 +1,7 @@
 """Reads behind the routes that are polled most, as SQLAlchemy Core: one statement each, built
 once per shape with named parameters (making a statement cost more than running it), rows in
-as plain tuples (app.core.async_db runs them), JSON-ready dicts out."""
+as plain tuples (app.core.async_db runs them), JSON-ready dicts out; and list_jobs, a page of
+the same statement as ORM objects."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Integer, Select, String, Text, and_, bindparam, cast, select, tuple_
+from sqlalchemy.orm import Session
 
-from app.domain.paging import cursor_after, decode_cursor
+from app.domain.paging import cursor_after, decode_cursor, encode_cursor
 from app.domain.redact import without_server_paths
 from app.domain.states import JobStatus
 from app.domain.tables import EpochMetric, Job, JobTransition, StoredStanding, UTCDateTime
@@ -73,6 +75,15 @@ def page_query(
         params["after_at"], params["after_id"] = decode_cursor(cursor)
     chosen = frozenset(name for name in FILTERS if name in params)
     return page_statement(entity, chosen, bool(cursor)), params
+
+
+def list_jobs(session: Session, *, limit: int, **filters: Any) -> tuple[list[Job], str | None]:
+    """A page of jobs as ORM objects (filters as page_query) and the next page's cursor; the
+    API's list serves summaries instead."""
+    query, params = page_query(Job, limit=limit, **filters)
+    jobs = list(session.scalars(query, params))
+    next_cursor = encode_cursor(jobs[limit - 1]) if len(jobs) > limit else None
+    return jobs[:limit], next_cursor
 
 
 def summaries(rows: Sequence[Row], limit: int) -> tuple[list[dict[str, Any]], str | None]:

@@ -20,7 +20,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
-from app.domain import crud
+from app.domain import worker_reads
 from app.domain.cost import gigabytes
 from app.domain.tables import Job, Worker, utcnow
 from app.scheduler import gang
@@ -57,7 +57,7 @@ class Ahead:
 def standing(session: Session, job: Job, settings: Settings) -> Standing:
     """Position, reason and estimated start of a queued job."""
     now = utcnow()
-    workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
+    workers = worker_reads.live_workers(session, 3 * settings.heartbeat_seconds)
     fitting = fitting_workers(workers, job)
     reach = min((w.gpus for w in fitting), default=job.gpus)  # the smallest worker that fits
     ahead = jobs_ahead(session, job, reach, settings, now)

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, aliased
 
 from app.core.config import Settings
 from app.core.db import rows_changed
-from app.domain import crud
+from app.domain import worker_reads
 from app.domain.states import ACTIVE, JobStatus
 from app.domain.tables import GangSeat, Job, Worker
 
@@ -49,7 +49,7 @@ class Running:
 
 def preempt_round(session: Session, settings: Settings) -> int:
     """Ask running jobs to make room for queued ones far above them; how many were asked."""
-    workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
+    workers = worker_reads.live_workers(session, 3 * settings.heartbeat_seconds)
     running = running_jobs(session)
     if not running:
         return 0

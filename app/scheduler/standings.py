@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.db import session_scope
-from app.domain import crud
+from app.domain import worker_reads
 from app.domain.states import JobStatus
 from app.domain.tables import Job, StoredStanding, Worker, utcnow
 from app.scheduler import gang
@@ -101,7 +101,7 @@ class Level:
 def compute(session: Session, settings: Settings, now: datetime) -> dict[str, Found]:
     """Every queued job's standing, as position.standing works it out for one job."""
     jobs = session.scalars(select(Job).where(Job.status == JobStatus.queued)).all()
-    workers = crud.live_workers(session, 3 * settings.heartbeat_seconds)
+    workers = worker_reads.live_workers(session, 3 * settings.heartbeat_seconds)
     durations, levels = Durations(session, now), _levels(session, jobs, workers, settings, now)
     found = {}
     for job in jobs:
@@ -117,7 +117,7 @@ def compute(session: Session, settings: Settings, now: datetime) -> dict[str, Fo
             else reason(job, ahead, workers, fitting)
         )
         start = _start(job, ahead, fitting, durations, now)
-        wait = crud.wait_reason_among(job, workers)
+        wait = worker_reads.wait_reason_among(job, workers)
         found[job.id] = Found(wait, ahead.total + 1, why, start)
     return found
 

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings, get_settings
 from app.core.db import rows_changed, session_scope
-from app.domain import crud
+from app.domain import worker_reads
 from app.domain.tables import Dataset, utcnow
 
 
@@ -70,7 +70,7 @@ def held(dataset_id: str) -> Iterator[None]:
 
 def lost(session: Session, settings: Settings) -> list[str]:
     """Ids of the data sets whose ingest to send again; each marked sent now."""
-    live = crud.live_workers(session, 3 * settings.heartbeat_seconds)
+    live = worker_reads.live_workers(session, 3 * settings.heartbeat_seconds)
     if all(worker.current_job_id is not None for worker in live):
         return []
     sent_before = utcnow() - timedelta(seconds=settings.dispatch_retry_seconds)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from app.core.config import Settings
 from app.core.db import session_scope
 from app.core.log_setup import job_context
-from app.domain import crud, dataset_uploads, retention, usage
+from app.domain import crud, dataset_uploads, retention, usage, worker_reads
 from app.domain.dataset_uploads import UPLOADS_PREFIX
 from app.domain.job_files import job_key
 from app.domain.states import ErrorCode, JobStatus, RequeueCause, StopReason
@@ -91,7 +91,7 @@ def _needs_publishing(session: Session, job: Job, settings: Settings) -> bool:
         return False
     idle = [
         w
-        for w in crud.live_workers(session, 3 * settings.heartbeat_seconds)
+        for w in worker_reads.live_workers(session, 3 * settings.heartbeat_seconds)
         if w.gpus >= job.gpus and w.current_job_id is None
     ]
     return len(idle) >= job.nodes  # a gang's message waits for enough free workers

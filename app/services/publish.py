@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.core.db import session_scope
 from app.core.log_setup import job_context
-from app.domain import crud
+from app.domain import crud, publish_reservation
 from app.domain.states import JobStatus
 from app.domain.tables import Job
 from app.services.queue import publish_train
@@ -42,7 +42,7 @@ def publish_queued(session: Session, job: Job) -> PublishResult:
 def reserve(session: Session, job: Job) -> bool:
     """Reserve the job's publish in the current round, committed (the row and its
     dispatched_at are durable before the message exists); False if another process has it."""
-    if not crud.reserve_publish(session, job):
+    if not publish_reservation.reserve_publish(session, job):
         session.rollback()
         return False
     session.commit()
@@ -61,7 +61,7 @@ def publish_reserved(job: Job) -> PublishResult:
         # Nothing was published: clear dispatched_at so the next maintenance round tries again
         # at once instead of waiting dispatch_retry_seconds for a message that never existed.
         with session_scope() as session:
-            crud.release_publish(session, job)
+            publish_reservation.release_publish(session, job)
         return PublishResult.broker_down
     return PublishResult.published
 

@@ -11,7 +11,7 @@ resolved for its own graph as a job's is at submit ("matching": the nodes that f
 Then whether the admitted trials fit the owner's limits, counted as a job submit counts them:
 the key's queued and running jobs (EPOCHAL_MAX_ACTIVE_JOBS_PER_KEY) and what it stores
 (EPOCHAL_MAX_STORAGE_BYTES_PER_KEY), in the transaction that stores the trials, the key's row
-locked (app.domain.crud.count_active). A trial that does not fit is not failed: the sweep
+locked (app.domain.key_jobs.count_active). A trial that does not fit is not failed: the sweep
 waits, and says why (`wait_reason`), until a job ends or files are deleted.
 """
 
@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.core.config import get_settings
-from app.domain import crud, datasets
+from app.domain import datasets, key_jobs
 from app.domain.admission import Admitted, Lookups, admit
 from app.domain.keys import caller_of
 from app.domain.sweep_space import rejection
@@ -100,7 +100,7 @@ def fitting(
     if owner_id is None:  # no key, no per-key limits
         return [None] * len(admitted), None
     limit = get_settings().max_active_jobs_per_key
-    active = crud.count_active(session, owner_id)  # locks the key's row until the commit
+    active = key_jobs.count_active(session, owner_id)  # locks the key's row until the commit
     reserved: list[int | None] = []
     for trial in admitted:
         if limit and active + len(reserved) >= limit:

@@ -46,7 +46,8 @@ def direct(framework: str, epochs: int, threads: int) -> dict[str, float]:
     pools are set here, so the back-end's own choice for a small step (TensorFlow's) does not
     apply and the sweep of 1..N really runs each count."""
     from app.schemas.job_spec import JobSpec
-    from worker.child.train_attempt import best_monitor, build_callbacks, final_result
+    from worker.child.attempt_outputs import final_result
+    from worker.child.train_attempt import best_monitor, build_callbacks
     from worker.supervisor.threads import threads_for
     from worker.training.backend import BACKENDS, Placement, create_backend
     from worker.training.callbacks import CallbackList, TrainState

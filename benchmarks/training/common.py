@@ -1,8 +1,11 @@
-"""What every training case returns, the data, and the worker's loop run in-process."""
+"""What every training case returns, the data, the worker's loop run in-process, and the
+options and table the benchmark modules share."""
 
 from __future__ import annotations
 
+import argparse
 import tempfile
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
@@ -84,3 +87,39 @@ def engine(body: dict[str, Any], gpus: list[int] | None = None) -> EpochTimes:
     samples = len(splits.x_train)
     seconds = [samples / row["samples_per_second"] for row in log.rows]
     return EpochTimes(seconds, samples, float(outcome.result["test_accuracy"]))
+
+
+def bench_parser(
+    prog: str,
+    tiny: str = "a few steps: checks it runs",
+    quick: str | None = None,
+    threads: int | None = None,
+    timed: str | None = None,
+) -> argparse.ArgumentParser:
+    """The options a benchmark module's `main` shares: --tiny (its help `tiny`), and where
+    given --quick (its help `quick`), --threads (default `threads`) and --cpu-time (what it
+    times by the process's CPU: `timed`, "epochs" or "steps")."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--tiny", action="store_true", help=tiny)
+    if quick is not None:
+        parser.add_argument("--quick", action="store_true", help=quick)
+    if threads is not None:
+        parser.add_argument("--threads", type=int, default=threads)
+    if timed is not None:
+        parser.add_argument(
+            "--cpu-time", action="store_true", help=f"time {timed} by the process's CPU"
+        )
+    return parser
+
+
+def print_aligned(
+    title: str, header: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int]
+) -> None:
+    """`title` after a blank line, then the table: the header, a rule, the rows, in columns as
+    wide as their widest cell; the columns in `right` (figures) aligned right, the rest left."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    print(f"\n{title}")
+    for row in [header, ["-" * w for w in widths], *rows]:
+        pairs = enumerate(zip(row, widths, strict=True))
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in pairs]
+        print("  ".join(cells).rstrip())

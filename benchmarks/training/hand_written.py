@@ -16,7 +16,6 @@ hits one step or one turn, not one side.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.training.architectures import EXAMPLES, example
-from benchmarks.training.common import fashion_arrays
+from benchmarks.training.common import bench_parser, fashion_arrays, print_aligned
 from benchmarks.training.hand_networks import hand_network
 from benchmarks.training.suite import bench
 
@@ -187,18 +186,11 @@ def run(
 
 
 def print_table(rows: list[list[str]], threads: int = THREADS, clock: str = "wall time") -> None:
-    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
-    print(
-        f"\nGraph model vs the same network by hand ({EXAMPLES.name}/): PyTorch, CPU, batch "
+    title = (
+        f"Graph model vs the same network by hand ({EXAMPLES.name}/): PyTorch, CPU, batch "
         f"{BATCH}, {threads} threads, AdamW, best of {ROUNDS} alternated turns, {clock}"
     )
-    for row in [HEADER, ["-" * w for w in widths], *rows]:
-        print(
-            "  ".join(
-                c.rjust(w) if i > 1 else c.ljust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    print_aligned(title, HEADER, rows, right=range(2, len(HEADER)))
 
 
 def profile(network: str, prec: str, threads: int = THREADS, steps: int = 5) -> None:
@@ -241,11 +233,8 @@ def print_profile(per_op: dict[str, dict[str, tuple[float, float]]], title: str)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.training.hand_written")
-    parser.add_argument("--tiny", action="store_true", help="a few steps: checks it runs")
-    parser.add_argument("--quick", action="store_true", help="shorter turns")
-    parser.add_argument("--threads", type=int, default=THREADS)
-    parser.add_argument("--cpu-time", action="store_true", help="time steps by the process's CPU")
+    prog = "python -m benchmarks.training.hand_written"
+    parser = bench_parser(prog, quick="shorter turns", threads=THREADS, timed="steps")
     parser.add_argument("--profile", nargs=2, metavar=("NETWORK", "PRECISION"))
     parser.add_argument("--network", action="append", choices=list(NETWORKS), help="only these")
     args = parser.parse_args()

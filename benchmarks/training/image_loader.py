@@ -21,7 +21,6 @@ set a thousand times larger does with the default shard size.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import yaml
 
-from benchmarks.training.common import DATA_DIR, fashion_arrays
+from benchmarks.training.common import DATA_DIR, bench_parser, fashion_arrays, print_aligned
 from benchmarks.training.image_folder import folder_names, write_image_folder
 from benchmarks.training.suite import bench
 
@@ -237,21 +236,17 @@ def _report(
 
 
 def print_table(rows: list[list[str]], sizes: Sizes) -> None:
-    print(
-        f"\nimage loader: Fashion-MNIST as JPEG files, {sizes.images:,} and "
+    title = (
+        f"image loader: Fashion-MNIST as JPEG files, {sizes.images:,} and "
         f"{sizes.images * BIGGER:,} images, batch 128, augmented"
     )
-    header = ["figure", "value", "goal", ""]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    for row in [header, ["-" * w for w in widths], *rows]:
-        pairs = enumerate(zip(row, widths, strict=True))
-        cells = [c.rjust(w) if i == 1 else c.ljust(w) for i, (c, w) in pairs]
-        print("  ".join(cells).rstrip())
+    print_aligned(title, ["figure", "value", "goal", ""], rows, right={1})
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.training.image_loader")
-    parser.add_argument("--tiny", action="store_true", help="a few hundred images: a smoke run")
+    parser = bench_parser(
+        "python -m benchmarks.training.image_loader", tiny="a few hundred images: a smoke run"
+    )
     sizes = TINY if parser.parse_args().tiny else FULL
     print_table(run(sizes), sizes)
 

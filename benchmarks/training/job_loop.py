@@ -19,7 +19,6 @@ epoch's own work, which other processes on a shared machine move far less).
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmarks.training.common import DATA_DIR
+from benchmarks.training.common import DATA_DIR, bench_parser, print_aligned
 from benchmarks.training.hand_networks import hand_network
 from benchmarks.training.hand_written import BATCH, PRECISIONS, THREADS, precision, spec_of
 from benchmarks.training.suite import bench
@@ -148,27 +147,17 @@ def run(
 
 
 def print_table(rows: list[list[str]], threads: int = THREADS, clock: str = "wall time") -> None:
-    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
-    print(
-        f"\nA PyTorch job through the worker against the hand-written loop: residual CNN, CPU, "
+    title = (
+        f"A PyTorch job through the worker against the hand-written loop: residual CNN, CPU, "
         f"batch {BATCH}, {threads} threads, best steady epoch of alternated turns, {clock}"
     )
-    for row in [HEADER, ["-" * w for w in widths], *rows]:
-        print(
-            "  ".join(
-                c.rjust(w) if i > 1 else c.ljust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    print_aligned(title, HEADER, rows, right=range(2, len(HEADER)))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.training.job_loop")
-    parser.add_argument("--tiny", action="store_true", help="a few steps: checks it runs")
-    parser.add_argument("--quick", action="store_true", help="fewer images and epochs")
-    parser.add_argument("--threads", type=int, default=THREADS)
-    parser.add_argument("--cpu-time", action="store_true", help="time epochs by the process's CPU")
-    args = parser.parse_args()
+    quick = "fewer images and epochs"
+    prog = "python -m benchmarks.training.job_loop"
+    args = bench_parser(prog, quick=quick, threads=THREADS, timed="epochs").parse_args()
     rows = run(args.quick, args.tiny, args.threads, args.cpu_time)
     print_table(rows, args.threads, "CPU time" if args.cpu_time else "wall time")
 

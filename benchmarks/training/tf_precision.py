@@ -12,9 +12,9 @@ TensorFlow build's oneDNN kernels for the CPU's bf16 units (AVX-512-BF16, AMX).
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from benchmarks.training.common import bench_parser, print_aligned
 from benchmarks.training.hand_written import PRECISIONS, THREADS
 from benchmarks.training.job_loop import FULL, QUICK, TINY, Clock, Size, job_spec, job_turn
 from benchmarks.training.suite import bench
@@ -49,27 +49,17 @@ def run(
 
 
 def print_table(rows: list[list[str]], threads: int = THREADS, clock: str = "wall time") -> None:
-    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
-    print(
-        f"\nTensorFlow mixed_bfloat16 against float32 through the worker: residual CNN, CPU, "
+    title = (
+        f"TensorFlow mixed_bfloat16 against float32 through the worker: residual CNN, CPU, "
         f"{threads} threads, best steady epoch of alternated turns, {clock}"
     )
-    for row in [HEADER, ["-" * w for w in widths], *rows]:
-        print(
-            "  ".join(
-                c.rjust(w) if i else c.ljust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    print_aligned(title, HEADER, rows, right=range(1, len(HEADER)))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.training.tf_precision")
-    parser.add_argument("--tiny", action="store_true", help="a few steps: checks it runs")
-    parser.add_argument("--quick", action="store_true", help="fewer images and epochs")
-    parser.add_argument("--threads", type=int, default=THREADS)
-    parser.add_argument("--cpu-time", action="store_true", help="time epochs by the process's CPU")
-    args = parser.parse_args()
+    quick = "fewer images and epochs"
+    prog = "python -m benchmarks.training.tf_precision"
+    args = bench_parser(prog, quick=quick, threads=THREADS, timed="epochs").parse_args()
     rows = run(args.quick, args.tiny, args.threads, args.cpu_time)
     print_table(rows, args.threads, "CPU time" if args.cpu_time else "wall time")
 

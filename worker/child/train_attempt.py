@@ -1,4 +1,5 @@
-"""One attempt of one job, in the training process: data, back-end, callbacks, fit, result.
+"""One attempt of one job, in the training process: data, back-end, callbacks, fit, result
+(the exports and the final result: worker.child.attempt_outputs).
 
 `train` is what worker.child.launch calls: it adds the database's part (the metrics row, forgetting
 rows of epochs a resumed attempt replays) and the supervisor's (the epoch's step progress,
@@ -9,19 +10,17 @@ tests and benchmarks run exactly this code in-process.
 from __future__ import annotations
 
 import logging
-import shutil
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from functools import partial
+from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
-from app.domain.job_files import CARD_FILE, MODEL_FILES, ONNX_FILE, JobFiles
+from app.domain.job_files import JobFiles
 from app.domain.states import ErrorCode, JobStatus, StopReason
 from app.schemas.job_spec import JobSpec
-from app.schemas.metric_row import SCORES, best_field, score_field
+from app.schemas.metric_row import best_field
 from app.schemas.monitor import resolved_mode
+from worker.child.attempt_outputs import finish, phase, publish_model
 from worker.child.progress import writing_progress
 from worker.child.sinks import (
     DbMetricRecorder,
@@ -31,28 +30,19 @@ from worker.child.sinks import (
 )
 from worker.protocol import Outcome
 from worker.training.backend import Backend, Placement, create_backend
-from worker.training.callbacks import BestEpoch, Callback, CallbackList, Logs, Monitor, TrainState
+from worker.training.callbacks import BestEpoch, Callback, CallbackList, Monitor, TrainState
 from worker.training.checkpoint import Checkpointer
 from worker.training.checkpoint_upload import StoreCheckpoints, for_job
 from worker.training.data import DataError, Splits, load_splits
-from worker.training.disk import undone_if_full
 from worker.training.early_stopping import EarlyStopping
-from worker.training.evaluation import accuracy_gap_warnings
 from worker.training.gang_resume import resume
 from worker.training.input_bottleneck import InputBottleneck
 from worker.training.loop import fit
-from worker.training.model_card import ExportError, evaluate, export_onnx, model_card, write_card
+from worker.training.model_card import ExportError
 from worker.training.schedules import LRSchedule
-from worker.training.warm_start import (
-    adopt_parent_checkpoint,
-    graph_for,
-    lineage,
-    load_init,
-    save_weights,
-)
+from worker.training.warm_start import adopt_parent_checkpoint, load_init
 
 log = logging.getLogger("epochal.child")
-TRAIN_FIELDS = tuple(score_field("train", score) for score in SCORES)
 
 
 def best_monitor(spec: JobSpec, validate: bool) -> Monitor:
@@ -85,70 +75,6 @@ def build_callbacks(
             )
         )
     return callbacks + list(record)
-
-
-def final_result(
-    backend: Backend, splits: Splits, state: TrainState, logs: Logs, seconds: float
-) -> dict[str, Any]:
-    """Test metrics when the data set has a test split, else validation (or training) ones."""
-    split = "test" if splits.has_test else "val" if splits.has_val else None
-    prefix = split or "train"
-    if split:
-        scores = {score_field(split, k): v for k, v in backend.evaluate(split).items()}
-    else:  # the last epoch's training scores, as its metrics row has them
-        scores = {name: logs[name] for name in TRAIN_FIELDS if name in logs}
-    return {
-        **scores,
-        "evaluated_on": prefix,
-        "best_epoch": state.best_epoch,
-        "stopped_epoch": state.epoch,
-        "restored_best_weights": state.restored_best_weights,
-        "parameters": backend.parameter_count(),
-        **backend.topology(),  # replicas and strategy: what really trained, not what was asked
-        "training_seconds": round(seconds, 3),
-    }
-
-
-def finish(
-    spec: JobSpec,
-    backend: Backend,
-    splits: Splits,
-    state: TrainState,
-    logs: Logs,
-    seconds: float,
-    workdir: Path,
-    timings: dict[str, float],
-    job_id: str | None,
-    noted: Sequence[str] = (),
-) -> dict[str, Any]:
-    """Export (model file, model.onnx, card) and the final result with its evaluation report
-    and warnings (`noted` ones first: the training's own); the main rank alone writes and
-    evaluates. Raises ExportError when model.onnx differs."""
-    model_dir, onnx = JobFiles(workdir).model_dir, None
-    # A full disk leaves no half-written model to be served (the job ends disk_full).
-    no_model = partial(shutil.rmtree, model_dir, ignore_errors=True)
-    with phase(timings, "export_s"), undone_if_full(workdir, no_model):
-        if backend.is_main:
-            model_dir.mkdir(parents=True, exist_ok=True)
-            backend.export_model(model_dir)
-            save_weights(model_dir, graph_for(spec, splits), backend.get_weights())
-            onnx = export_onnx(spec, backend, splits, model_dir)
-    with phase(timings, "final_eval_s"):
-        result = final_result(backend, splits, state, logs, seconds)
-        if (parent := lineage(spec)) is not None:
-            result["lineage"] = parent
-        if onnx is not None:
-            result["evaluation"] = evaluate(spec, backend, splits)
-            train_accuracy = logs.get(score_field("train", "accuracy"))
-            result["warnings"] = accuracy_gap_warnings(result["evaluation"], train_accuracy)
-        if noted:
-            result["warnings"] = [*noted, *result.get("warnings", [])]
-    if onnx is not None:
-        card = model_card(spec, splits, job_id or workdir.name, result, onnx)
-        with phase(timings, "export_s"), undone_if_full(workdir, no_model):
-            result["export"] = {"onnx": onnx}
-            write_card(model_dir, card)
-    return result
 
 
 class ForgetReplayedEpochs(Callback):
@@ -211,16 +137,6 @@ def train(
         if pruning.reporter is not None:
             outcome.result["timings"]["prune_s"] = round(pruning.seconds, 4)
     return outcome
-
-
-@contextmanager
-def phase(timings: dict[str, float], name: str) -> Iterator[None]:
-    """Add the block's wall time to timings[name] (the job's result reports them)."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - started
 
 
 def run_attempt(
@@ -317,14 +233,3 @@ def _run_attempt(
         timings["checkpoint_upload_s"] = store.upload_seconds
     result["timings"] = {k: round(v, 4) for k, v in timings.items()}
     return Outcome(JobStatus.succeeded, reason or StopReason.completed, result=result)
-
-
-def publish_model(store: StoreCheckpoints, spec: JobSpec, files: JobFiles) -> str | None:
-    """Put model.onnx, the card and the model file in the store, then let the last checkpoint
-    land, all within EPOCHAL_STORE_WAIT_SECONDS; None when the model is there, else why not."""
-    started = time.monotonic()
-    names = (ONNX_FILE, CARD_FILE, MODEL_FILES[spec.framework])  # the model file last
-    failed = store.publish_model(files.model_dir, names, store.wait_seconds)
-    if failed is None and not store.drain(store.wait_seconds - (time.monotonic() - started)):
-        log.warning("the last checkpoint is not in the store yet; the model is")
-    return failed

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from app.core.config import Settings
 from app.core.db import session_scope
-from app.domain import crud
+from app.domain import crud, publish_reservation
 from app.domain.states import ErrorCode, JobStatus, RequeueCause
 from app.domain.tables import Job
 from worker.protocol import Outcome
@@ -106,5 +106,6 @@ def declined(job_id: str) -> bool:
     with session_scope() as session:
         job = crud.get_job(session, job_id)
         if job is not None and job.status == JobStatus.queued:
-            crud.release_publish(session, job)  # the next maintenance round publishes it at once
+            # the next maintenance round publishes it at once
+            publish_reservation.release_publish(session, job)
     return True

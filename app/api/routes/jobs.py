@@ -34,7 +34,7 @@ from app.api.polled import (
 )
 from app.api.responses import FastJSON
 from app.core.config import get_settings
-from app.domain import crud, datasets, retention
+from app.domain import crud, datasets, key_jobs, retention
 from app.domain.keys import Caller
 from app.domain.redact import job_texts, without_server_paths
 from app.domain.states import JobStatus, SweepStatus
@@ -86,7 +86,7 @@ def public(session: SessionDep, job: Job, key: Caller | None = None) -> JobPubli
 
 def _replay(session: SessionDep, key: CurrentKey, idem: str, digest: str) -> Job | None:
     """The job an earlier request with this Idempotency-Key made; 409 if its body differed."""
-    earlier = crud.find_idempotent(session, key.id, idem)
+    earlier = key_jobs.find_idempotent(session, key.id, idem)
     if earlier is not None and earlier.request_hash != digest:
         raise HTTPException(409, "this Idempotency-Key was used with a different body")
     return earlier
@@ -97,7 +97,7 @@ def _check_quota(session: SessionDep, key: CurrentKey, nodes: int) -> None:
     limit = get_settings().max_active_jobs_per_key
     if not limit:
         return
-    active = crud.count_active(session, key.id)
+    active = key_jobs.count_active(session, key.id)
     if active + nodes <= limit:
         return
     if nodes == 1:

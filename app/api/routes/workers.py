@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from app.api.deps import CurrentKey, SessionDep
 from app.core.config import get_settings
-from app.domain import crud
+from app.domain import worker_reads
 from app.domain.keys import Caller
 from app.domain.redact import public_worker_name
 from app.domain.tables import Job, Worker
@@ -46,7 +46,7 @@ def shown(worker: Worker, key: Caller, job_id: str | None) -> WorkerPublic:
 def read_workers(session: SessionDep, key: CurrentKey) -> WorkersPublic:
     """Workers whose heartbeat is fresh (within 3 heartbeats), by name; in full for an admin
     key, else a summary without hostnames, GPU ids, memory or disk."""
-    rows = crud.live_workers(session, 3 * get_settings().heartbeat_seconds)
+    rows = worker_reads.live_workers(session, 3 * get_settings().heartbeat_seconds)
     running = {w.current_job_id for w in rows if w.current_job_id}
     visible = running
     if not key.is_admin and running:  # another key's job id is not shown, only that it is busy

@@ -18,6 +18,8 @@ from typing import Protocol, Self, TypeVar
 
 import numpy as np
 
+from app.schemas.optimizer_kits import TorchOptim
+
 Index = int | slice | tuple[int | slice, ...]
 
 
@@ -55,7 +57,8 @@ T = TypeVar("T", bound=TorchTensor)
 
 
 class TorchOps(Protocol[T]):
-    """The `torch` namespace as the ops use it."""
+    """The `torch` namespace as the ops use it, and `optim` as the optimizers' torch_optimizer
+    does (app.schemas.optimizer_kits)."""
 
     def matmul(self, input: T, other: T, /) -> T: ...
     def stack(self, tensors: list[T], dim: int, /) -> T: ...
@@ -63,6 +66,8 @@ class TorchOps(Protocol[T]):
     def sigmoid(self, input: T, /) -> T: ...
     def tanh(self, input: T, /) -> T: ...
     def no_grad(self) -> AbstractContextManager[object]: ...
+    @property
+    def optim(self) -> TorchOptim[T]: ...
     def lstm(
         self,
         input: T,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
+from app.schemas.graph.kits import T, TorchKit
+from app.schemas.optimizer_kits import KerasSlots, KerasUpdateKit, KerasValue, TorchParams
 from app.schemas.optimizers.base import Optimizer
 
 BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7
@@ -17,13 +19,20 @@ class AdamSpec(Optimizer):
     def slot_groups(self) -> tuple[tuple[str, ...], ...]:
         return (("momentum", "velocity"),)
 
-    def torch_optimizer(self, t: Any, params: list[Any]) -> Any:
+    def torch_optimizer(self, t: TorchKit[T], params: TorchParams[T]) -> object:
         # The fused kernel: one op per step for all parameters, on CPU too.
         return t.torch.optim.Adam(
             params, lr=self.learning_rate, betas=(BETA_1, BETA_2), eps=EPSILON, fused=True
         )
 
-    def keras_update(self, k: Any, opt: Any, gradient: Any, variable: Any, lr: Any) -> None:
+    def keras_update(
+        self,
+        k: KerasUpdateKit,
+        opt: KerasSlots,
+        gradient: KerasValue,
+        variable: KerasValue,
+        lr: KerasValue,
+    ) -> None:
         # Keras adds epsilon before the second moment's bias correction, PyTorch after it.
         ops = k.ops
         step = ops.cast(opt.iterations + 1, variable.dtype)

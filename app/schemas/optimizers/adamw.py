@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from app.schemas.graph.kits import T, TorchKit
+from app.schemas.optimizer_kits import TorchParams
 from app.schemas.optimizers.adam import BETA_1, BETA_2, EPSILON, AdamSpec
 
 
@@ -28,7 +30,7 @@ class AdamWSpec(AdamSpec):
     def decoupled_decay(self) -> float | None:
         return self.weight_decay
 
-    def torch_optimizer(self, t: Any, params: list[Any]) -> Any:
+    def torch_optimizer(self, t: TorchKit[T], params: TorchParams[T]) -> object:
         return t.torch.optim.AdamW(
             params,
             lr=self.learning_rate,

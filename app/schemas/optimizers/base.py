@@ -2,17 +2,20 @@
 parameter and its update rule in both frameworks.
 
 An optimizer module never imports a framework: the PyTorch back-end hands `torch_optimizer` its
-kit (`t.torch`), the TensorFlow one hands `keras_update` the Keras kit (`k.ops`) and its generic
-optimizer, which holds the slots and applies decoupled decay. The Keras rule does PyTorch's
+kit (`t.torch.optim`), the TensorFlow one hands `keras_update` its update kit (`k.ops`) and its
+generic optimizer, which holds the slots and applies decoupled decay; each as the Protocols of
+app.schemas.optimizer_kits, which mypy checks the updates against. The Keras rule does PyTorch's
 arithmetic where the two libraries differ, so a spec's optimizer means one thing.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
+from app.schemas.graph.kits import T, TorchKit
+from app.schemas.optimizer_kits import KerasSlots, KerasUpdateKit, KerasValue, TorchParams
 from app.schemas.strict import StrictModel
 
 
@@ -47,12 +50,19 @@ class Optimizer(StrictModel):
         """Decay applied as p -= lr * decay * p before each step (AdamW's); None: none."""
         return None
 
-    def torch_optimizer(self, t: Any, params: list[Any]) -> Any:
+    def torch_optimizer(self, t: TorchKit[T], params: TorchParams[T]) -> object:
         """The torch.optim optimizer over `params` at the base rate: tensors, or parameter
         groups (dicts) that set their own "lr"."""
         raise NotImplementedError
 
-    def keras_update(self, k: Any, opt: Any, gradient: Any, variable: Any, lr: Any) -> None:
+    def keras_update(
+        self,
+        k: KerasUpdateKit,
+        opt: KerasSlots,
+        gradient: KerasValue,
+        variable: KerasValue,
+        lr: KerasValue,
+    ) -> None:
         """One step of `variable` in keras.ops (gradient and lr already in its dtype); the
         state is `opt.slot(name, variable)`, updated through opt.assign / assign_add /
         assign_sub (distribution-aware), and `opt.iterations` counts the steps taken."""

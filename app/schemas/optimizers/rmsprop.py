@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
+from app.schemas.graph.kits import T, TorchKit
+from app.schemas.optimizer_kits import KerasSlots, KerasUpdateKit, KerasValue, TorchParams
 from app.schemas.optimizers.base import Optimizer
 
 RHO, EPSILON = 0.9, 1e-7
@@ -26,7 +28,7 @@ class RMSpropSpec(Optimizer):
     def slot_groups(self) -> tuple[tuple[str, ...], ...]:
         return (("velocity",), ("momentum",)) if self.momentum else (("velocity",),)
 
-    def torch_optimizer(self, t: Any, params: list[Any]) -> Any:
+    def torch_optimizer(self, t: TorchKit[T], params: TorchParams[T]) -> object:
         # RMSprop has no fused kernel: the multi-tensor path.
         return t.torch.optim.RMSprop(
             params,
@@ -37,7 +39,14 @@ class RMSpropSpec(Optimizer):
             foreach=True,
         )
 
-    def keras_update(self, k: Any, opt: Any, gradient: Any, variable: Any, lr: Any) -> None:
+    def keras_update(
+        self,
+        k: KerasUpdateKit,
+        opt: KerasSlots,
+        gradient: KerasValue,
+        variable: KerasValue,
+        lr: KerasValue,
+    ) -> None:
         # Keras puts epsilon inside the square root and keeps rate-scaled momentum; PyTorch
         # adds it outside and keeps momentum of the unscaled step.
         ops = k.ops

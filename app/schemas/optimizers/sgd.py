@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
+from app.schemas.graph.kits import T, TorchKit
+from app.schemas.optimizer_kits import KerasSlots, KerasUpdateKit, KerasValue, TorchParams
 from app.schemas.optimizers.base import Optimizer
 
 
@@ -27,7 +29,7 @@ class SGDSpec(Optimizer):
     def slot_groups(self) -> tuple[tuple[str, ...], ...]:
         return (("momentum",),) if self.momentum else ()
 
-    def torch_optimizer(self, t: Any, params: list[Any]) -> Any:
+    def torch_optimizer(self, t: TorchKit[T], params: TorchParams[T]) -> object:
         return t.torch.optim.SGD(
             params,
             lr=self.learning_rate,
@@ -36,7 +38,14 @@ class SGDSpec(Optimizer):
             fused=True,
         )
 
-    def keras_update(self, k: Any, opt: Any, gradient: Any, variable: Any, lr: Any) -> None:
+    def keras_update(
+        self,
+        k: KerasUpdateKit,
+        opt: KerasSlots,
+        gradient: KerasValue,
+        variable: KerasValue,
+        lr: KerasValue,
+    ) -> None:
         # Keras' buffer holds rate-scaled steps, PyTorch's raw gradients: they differ once a
         # schedule changes the rate.
         ops = k.ops

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import update
 
 from app.core.db import session_scope
-from app.domain import crud, epoch_rows
+from app.domain import crud, epoch_rows, job_reads
 from app.domain.states import JobStatus, RequeueCause, StopReason
 from app.domain.tables import Job, utcnow
 from app.schemas.job_spec import JobSpec
@@ -221,12 +221,12 @@ def test_list_is_newest_first_with_cursor_and_filters(db_env: dict[str, str]) ->
     ids = [new_job() for _ in range(5)]
     claim(ids[0])
     with session_scope() as session:
-        page1, cursor = crud.list_jobs(session, limit=2)
-        page2, cursor2 = crud.list_jobs(session, limit=2, cursor=cursor)
-        page3, cursor3 = crud.list_jobs(session, limit=2, cursor=cursor2)
-        running, _ = crud.list_jobs(session, limit=10, status="running")
+        page1, cursor = job_reads.list_jobs(session, limit=2)
+        page2, cursor2 = job_reads.list_jobs(session, limit=2, cursor=cursor)
+        page3, cursor3 = job_reads.list_jobs(session, limit=2, cursor=cursor2)
+        running, _ = job_reads.list_jobs(session, limit=10, status="running")
         with pytest.raises(ValueError):
-            crud.list_jobs(session, limit=2, cursor="not-a-cursor")
+            job_reads.list_jobs(session, limit=2, cursor="not-a-cursor")
     assert [j.id for j in page1 + page2 + page3] == ids[::-1] and cursor3 is None
     assert [j.id for j in running] == [ids[0]]
 

@@ -17,7 +17,7 @@ from app.core import db
 from app.core.async_db import POOL_SIZE, close_pool, fetch
 from app.core.config import get_settings
 from app.core.db import read_engine, session_scope
-from app.domain import crud, epoch_rows
+from app.domain import crud, epoch_rows, job_reads
 from app.domain.tables import ApiKey, utcnow
 from app.schemas.api import JobsPublic, MetricRow, MetricsPublic
 from tests.conftest import make_key
@@ -50,9 +50,9 @@ def test_list_and_metrics_are_the_bytes_the_models_would_write(client: TestClien
     running_page = client.get("/v1/jobs", params={"status": "running"})
     metrics = client.get(f"/v1/jobs/{ids[1]}/metrics", params={"since_epoch": 1})
     with session_scope() as session:
-        first, cursor = crud.list_jobs(session, limit=2)
-        second, _ = crud.list_jobs(session, limit=2, cursor=cursor)
-        busy, _ = crud.list_jobs(session, limit=50, status="running")
+        first, cursor = job_reads.list_jobs(session, limit=2)
+        second, _ = job_reads.list_jobs(session, limit=2, cursor=cursor)
+        busy, _ = job_reads.list_jobs(session, limit=50, status="running")
         expected = [
             JobsPublic(items=[summary(j) for j in first], next_cursor=cursor),
             JobsPublic(items=[summary(j) for j in second]),

@@ -9,7 +9,7 @@ from sqlalchemy import update
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.domain import crud
+from app.domain import crud, worker_reads
 from app.domain.cost import builtin_data, estimate, host_memory_bytes
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker
@@ -59,7 +59,7 @@ def reason_of(job_id: str) -> str | None:
     with session_scope() as session:
         job = crud.get_job(session, job_id)
         assert job is not None
-        return crud.wait_reason(session, job, 60)
+        return worker_reads.wait_reason(session, job, 60)
 
 
 def standing_of(job_id: str) -> str:

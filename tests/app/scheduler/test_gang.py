@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.domain import crud
+from app.domain import crud, worker_reads
 from app.domain.states import JobStatus, RequeueCause
 from app.domain.tables import GangSeat, Job, Worker, utcnow
 from app.main import create_app
@@ -118,7 +118,7 @@ def test_a_gang_waits_holding_nothing_while_too_few_workers_are_free(
         job = crud.get_job(session, job_id)
         assert job is not None
         assert standing(session, job, get_settings()).reason == "needs 2 workers; 1 free"
-        assert crud.wait_reason(session, job, 15) == (
+        assert worker_reads.wait_reason(session, job, 15) == (
             "waiting for 2 free workers at once (a gang); 1 free"
         )
 

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 from app.core.async_db import ReadPool
 from app.core.config import get_settings
 from app.core.db import session_scope
-from app.domain import crud
+from app.domain import crud, worker_reads
 from app.domain.job_reads import UNKNOWN
 from app.domain.states import JobStatus
 from app.domain.tables import Job, Worker, utcnow
@@ -182,6 +182,6 @@ def test_the_whole_queue_at_once_stands_as_each_job_alone(client: TestClient) ->
             alone = standing(session, job, settings)
             batch = found[job.id]
             assert (batch.position, batch.reason) == (alone.position, alone.reason), job.id
-            assert batch.wait_reason == crud.wait_reason(
+            assert batch.wait_reason == worker_reads.wait_reason(
                 session, job, 3 * settings.heartbeat_seconds
             )

@@ -14,8 +14,8 @@ import pytest
 from app.domain.job_files import JobFiles
 from tests.helpers import small_tmpfs
 from tests.worker.training.inprocess import EMPTY_DATA_DIR, backend_for, make_spec
+from worker.child.attempt_outputs import finish
 from worker.child.launch import classify
-from worker.child.train_attempt import finish
 from worker.protocol import DiskFull
 from worker.training.callbacks import TrainState
 from worker.training.checkpoint import Checkpointer, whole_checkpoints

@@ -21,8 +21,18 @@ from typing import Any
 import keras
 from keras import ops
 
+from app.schemas.optimizer_kits import KerasUpdateKit
 from app.schemas.optimizers import Optimizer
-from worker.training.tf.graph import KIT
+
+
+class _UpdateKit:
+    """What an optimizer's keras_update gets. Keras ships no types: the kit's Protocol
+    (app.schemas.optimizer_kits.KerasUpdateKit) is what the updates are checked against."""
+
+    ops = keras.ops
+
+
+KIT: KerasUpdateKit = _UpdateKit()
 
 
 class RegistryOptimizer(keras.optimizers.Optimizer):

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from app.schemas.graph import INPUT, BuiltGraph, BuiltNode, Variable
 from app.schemas.graph.kits import TorchFunctional, TorchKit, TorchOps
+from app.schemas.optimizer_kits import TorchOptim
 
 
 class _TorchOps:
@@ -29,7 +30,11 @@ class _TorchOps:
     tanh = staticmethod(torch.tanh)
     no_grad = torch.no_grad
     native_batch_norm = staticmethod(torch.native_batch_norm)
-    optim = torch.optim  # for the optimizers' torch_optimizer, which take the kit untyped
+
+    @property
+    def optim(self) -> TorchOptim[Tensor]:
+        """torch.optim, checked here against what the optimizers' torch_optimizer call."""
+        return torch.optim
 
     @staticmethod
     def lstm(
