@@ -67,6 +67,7 @@ SLOW_MODULES = (
     "tests/e2e/test_upload_directory.py",
     "tests/test_benchmark_warm_start.py",
     "tests/test_benchmark_image_loader.py",
+    "tests/test_benchmark_image_accuracy.py",
     "tests/test_benchmark_upload.py",
     "tests/test_benchmark_tf_precision.py",
 )

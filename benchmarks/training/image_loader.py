@@ -65,19 +65,30 @@ def write_and_ingest(root: Path, dataset: str, images: int) -> float:
     ingested into the directory store at root/store as the data set `dataset`; the seconds
     the ingest took."""
     from app.schemas.dataset_spec import CLASS_NAMES
-    from app.shards import dataset_prefix
-    from app.shards.ingest import ingest_file
-    from app.storage.directory import DirectoryStore
 
     (x, y), _ = fashion_arrays()
     rows = np.sort(np.random.default_rng(7).permutation(len(x))[:images])
     folder = root / dataset
     write_image_folder(x[rows], y[rows], folder_names(CLASS_NAMES["fashion_mnist"]), folder, ".jpg")
-    store = DirectoryStore(root / "store")
+    return ingest_folder(root / "store", dataset, "train", folder, SHARD_BYTES)
+
+
+def ingest_folder(
+    store_root: Path, dataset: str, part: str, folder: Path, shard_bytes: int = 0
+) -> float:
+    """The image folder ingested by the service's own code (app.shards.ingest, format
+    image_folder) into the directory store at store_root, as part `part` (train or test) of
+    the data set `dataset`, in shards of shard_bytes (0: the default); the seconds it took."""
+    from app.shards import dataset_prefix
+    from app.shards.ingest import ingest_file
+    from app.shards.writer import DEFAULT_SHARD_BYTES
+    from app.storage.directory import DirectoryStore
+
+    store = DirectoryStore(store_root)
     began = time.perf_counter()
     ingest_file(
-        store, dataset_prefix(dataset, "train"), folder, "classification",
-        format="image_folder", shard_bytes=SHARD_BYTES,
+        store, dataset_prefix(dataset, part), folder, "classification",
+        format="image_folder", shard_bytes=shard_bytes or DEFAULT_SHARD_BYTES,
     )  # fmt: skip
     return time.perf_counter() - began
 
