@@ -1,7 +1,7 @@
 """The graph-model-against-hand benchmark: the hand-written networks are the examples' networks
-(their parameters), its tiny run prints a row per network and precision, the job-through-the-
-worker comparison's tiny run a row per precision, and the runner offers both as
-`--only hand_written`. No timing is asserted."""
+(their parameters), its tiny run prints a row per network and precision (the median ratio and
+its spread), the job-through-the-worker comparison's tiny run a row per precision, and the
+runner offers both as `--only hand_written`. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -39,9 +39,10 @@ def test_a_tiny_run_prints_a_row_per_network_and_precision() -> None:
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    number = r"[\d,]+"
+    number, spread = r"[\d,]+", r"\d+\.\d\d-\d+\.\d\d"
     rows = re.findall(
-        rf"^(resnet|mlp|row_lstm|row_gru) +(fp32|bf16) +{number} +{number} +(\d+\.\d\d)$",
+        rf"^(resnet|mlp|row_lstm|row_gru) +(fp32|bf16) +{number} +{number} +(\d+\.\d\d)"
+        rf" +{spread}$",
         out.stdout,
         re.MULTILINE,
     )
@@ -49,7 +50,7 @@ def test_a_tiny_run_prints_a_row_per_network_and_precision() -> None:
         (n, p) for n in ("resnet", "mlp", "row_lstm", "row_gru") for p in ("fp32", "bf16")
     ]
     assert all(float(ratio) > 0 for _, _, ratio in rows)
-    assert out.stdout.count("BENCH hand_written_") == 8 * 3
+    assert out.stdout.count("BENCH hand_written_") == 8 * 5  # 2 speeds, ratio, p25, p75
 
 
 def test_a_tiny_job_loop_run_prints_a_row_per_precision() -> None:

@@ -162,6 +162,10 @@ class TorchKit(Protocol[T]):
         """(N, C, ...) -> (N, ..., C)."""
         ...
 
+    def conv_kernel(self, kernel: T, /) -> T:
+        """A Keras kernel [k.., in, out] as PyTorch's convolutions take it, [out, in, k..]."""
+        ...
+
 
 class KerasTensor(Protocol):
     """A Keras tensor or variable as the ops use it (keras.ops does the rest)."""

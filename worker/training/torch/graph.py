@@ -93,6 +93,20 @@ class _TorchKit:
     def channels_last(self, x: Tensor, /) -> Tensor:
         return x.movedim(1, -1)
 
+    def conv_kernel(self, kernel: Tensor, /) -> Tensor:
+        """Keras' [k.., in, out] -> [out, in, k..]. A 2-D kernel is copied once, into
+        channels_last memory and, under autocast, autocast's dtype: otherwise autocast casts
+        the permuted view and the convolution then copies that into the layout it reads (the
+        layout of its channels_last input), two copies, and a step slower by a few percent
+        of the convolution. The same values either way."""
+        if kernel.ndim != 4:
+            return kernel.permute(2, 1, 0)
+        weight = kernel.permute(3, 2, 0, 1)
+        device = weight.device.type
+        autocast = torch.is_autocast_enabled(device) and weight.dtype == torch.float32
+        dtype = torch.get_autocast_dtype(device) if autocast else weight.dtype
+        return weight.to(dtype=dtype, memory_format=torch.channels_last)
+
 
 _OPS = _TorchOps()
 KIT: TorchKit[Tensor] = _TorchKit()

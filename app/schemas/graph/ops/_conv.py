@@ -49,8 +49,7 @@ class Conv(Op):
         x = t.channels_first(xs[0])
         spatial = tuple(x.shape[2:])
         per_axis = pads(spatial, self.kernel_size, self.stride, self.padding)
-        # Keras [k.., in, out] -> PyTorch [out, in, k..]
-        weight = w[0].permute(3, 2, 0, 1) if self.dims == 2 else w[0].permute(2, 1, 0)
+        weight = t.conv_kernel(w[0])  # Keras [k.., in, out] -> PyTorch [out, in, k..]
         conv = t.F.conv1d if self.dims == 1 else t.F.conv2d
         if all(before == after for before, after in per_axis):
             y = conv(x, weight, w[1], self.stride, [before for before, _ in per_axis])
