@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from app.domain.tables import Job, Worker, utcnow
 from benchmarks.service.polling import load, metric_paths
 from benchmarks.service.report import Report
-from benchmarks.service.seed import insert_jobs, insert_metrics
+from benchmarks.service.seed import insert_epoch_stats, insert_jobs, insert_metrics
 from benchmarks.service.stack import bench_env, engine_for, running
 from tests.helpers import Service, wait_until
 
@@ -29,6 +29,7 @@ def seed(env: dict[str, str]) -> tuple[list[str], list[str]]:
     engine = engine_for(env)
     finished = insert_jobs(engine, POLLED)
     insert_metrics(engine, finished, EPOCHS)
+    insert_epoch_stats(engine, POLLED * EPOCHS)  # so each queued job has an estimated start
     (running_id,) = insert_jobs(engine, 1, start=POLLED, status="running")
     insert_metrics(engine, [running_id], 3)
     queued = insert_jobs(engine, QUEUED, start=POLLED + 1, status="queued")
@@ -48,7 +49,10 @@ def seed(env: dict[str, str]) -> tuple[list[str], list[str]]:
 def placed(service: Service, job_id: str) -> dict[str, Any] | None:
     """The job's standing once it has a position (before that, none is worked out yet)."""
     headers = {"Authorization": f"Bearer {service.api_key}"}
-    job = httpx.get(f"{service.url}/v1/jobs/{job_id}", headers=headers).json()
+    answer = httpx.get(f"{service.url}/v1/jobs/{job_id}", headers=headers)
+    # Any answer but 200 will not turn into a standing: say what it was rather than wait.
+    assert answer.status_code == 200, f"GET /v1/jobs/{job_id}: {answer.status_code} {answer.text}"
+    job = answer.json()
     queue: dict[str, Any] | None = job.get("queue")
     return queue if queue and queue.get("position") is not None else None
 
