@@ -70,6 +70,23 @@ def scaled(seconds: float) -> float:
     return seconds * TIME_SCALE
 
 
+def run_module(
+    module: str, *args: str, env: dict[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m module *args` from the checkout, its output captured as text; `env` is added
+    to this process's environment; `timeout` (a fast machine's seconds) is scaled, and None
+    waits for the command to end."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env={**os.environ, **env} if env else None,
+        capture_output=True,
+        text=True,
+        timeout=None if timeout is None else scaled(timeout),
+        check=False,
+    )
+
+
 def as_background_job() -> None:
     """preexec_fn: start a command with SIGINT ignored, as a shell starts `cmd &` (and CI
     runners their steps): Ctrl-C must still reach the commands that promise to answer it."""

@@ -4,8 +4,6 @@ smoke run's plan and result table, which need no GPU."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +19,13 @@ from benchmarks.gpu_smoke import (
     result_row,
     run_jobs,
 )
-from tests.helpers import ROOT
-
-
-def run_module(module: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", module],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from tests.helpers import run_module
 
 
 def test_gpu_benchmark_without_a_gpu_exits_0_saying_so() -> None:
-    out = run_module("benchmarks.gpu", {"CUDA_VISIBLE_DEVICES": ""})  # hidden where installed
+    out = run_module(
+        "benchmarks.gpu", env={"CUDA_VISIBLE_DEVICES": ""}, timeout=300
+    )  # hidden where installed
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("machine: ") and "torch" in lines[0]  # both frameworks probed
@@ -45,7 +34,7 @@ def test_gpu_benchmark_without_a_gpu_exits_0_saying_so() -> None:
 
 
 def test_gpu_smoke_without_a_gpu_exits_0_saying_so() -> None:
-    out = run_module("benchmarks.gpu_smoke", {"CUDA_VISIBLE_DEVICES": ""})
+    out = run_module("benchmarks.gpu_smoke", env={"CUDA_VISIBLE_DEVICES": ""}, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("machine: ")
@@ -63,7 +52,7 @@ def test_gpu_smoke_asks_pytorch_when_nvidia_smi_is_there(tmp_path: Path) -> None
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
     env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "none"}
-    out = run_module("benchmarks.gpu_smoke", env)
+    out = run_module("benchmarks.gpu_smoke", env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     last = out.stdout.splitlines()[-1]
     assert last == "no GPU here (PyTorch sees no CUDA device): nothing to smoke-test (exit 0)"

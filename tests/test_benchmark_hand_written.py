@@ -6,12 +6,10 @@ runner offers both as `--only hand_written`. No timing is asserted."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 pytestmark = pytest.mark.torch
 
@@ -31,13 +29,7 @@ def test_the_hand_network_has_the_graph_models_parameters(network: str) -> None:
 
 
 def test_a_tiny_run_prints_a_row_per_network_and_precision() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.training.hand_written", "--tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = run_module("benchmarks.training.hand_written", "--tiny", timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     number, spread = r"[\d,]+", r"\d+\.\d\d-\d+\.\d\d"
     rows = re.findall(
@@ -54,13 +46,7 @@ def test_a_tiny_run_prints_a_row_per_network_and_precision() -> None:
 
 
 def test_a_tiny_job_loop_run_prints_a_row_per_precision() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.training.job_loop", "--tiny", "--cpu-time"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = run_module("benchmarks.training.job_loop", "--tiny", "--cpu-time", timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     number = r"[\d,]+"
     rows = re.findall(
@@ -73,12 +59,6 @@ def test_a_tiny_job_loop_run_prints_a_row_per_precision() -> None:
 
 
 def test_the_runner_offers_it() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_module("benchmarks", "--help", timeout=120)
     assert out.returncode == 0, out.stderr
     assert "hand_written" in out.stdout

@@ -8,24 +8,16 @@ one epoch on 200 images says nothing about the goal. The runner offers it as
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 pytestmark = [pytest.mark.torch, pytest.mark.tf, pytest.mark.timeout(900)]
 
 
 def test_a_tiny_run_scores_both_frameworks_on_the_test_pngs() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.training.image_accuracy", "--tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = run_module("benchmarks.training.image_accuracy", "--tiny")
     assert out.returncode == 0, out.stderr[-3000:]
     bench = dict(re.findall(r"^BENCH (image_accuracy_\w+) (\S+) ", out.stdout, re.MULTILINE))
     figures = ("test_accuracy", "samples_per_s", "epoch_s")
@@ -48,13 +40,7 @@ def test_a_tiny_run_scores_both_frameworks_on_the_test_pngs() -> None:
 
 
 def test_the_runner_offers_it_with_its_epochs_and_images() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_module("benchmarks", "--help", timeout=120)
     assert out.returncode == 0, out.stderr
     assert "image_accuracy" in out.stdout
     assert "--images" in out.stdout and "--epochs" in out.stdout

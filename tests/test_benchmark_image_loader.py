@@ -6,24 +6,16 @@ records; the model convolves them), so a slow or loaded machine does not move it
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 pytestmark = pytest.mark.torch
 
 
 def test_a_tiny_run_prints_every_figure_with_its_goal() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.training.image_loader", "--tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = run_module("benchmarks.training.image_loader", "--tiny", timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     bench = dict(re.findall(r"^BENCH (image_loader_\w+) (\S+) ", out.stdout, re.MULTILINE))
     assert set(bench) == {
@@ -56,12 +48,6 @@ def test_a_tiny_run_prints_every_figure_with_its_goal() -> None:
 
 
 def test_the_runner_offers_it() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_module("benchmarks", "--help", timeout=120)
     assert out.returncode == 0, out.stderr
     assert "image_loader" in out.stdout

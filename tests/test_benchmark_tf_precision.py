@@ -4,24 +4,16 @@ both precisions and prints their row. No timing is asserted."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 pytestmark = pytest.mark.tf
 
 
 def test_a_tiny_run_prints_both_precisions_and_their_ratio() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.training.tf_precision", "--tiny", "--cpu-time"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    out = run_module("benchmarks.training.tf_precision", "--tiny", "--cpu-time", timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     row = re.search(r"^resnet +([\d,]+) +([\d,]+) +(\d+\.\d\d)$", out.stdout, re.MULTILINE)
     assert row is not None, out.stdout[-2000:]

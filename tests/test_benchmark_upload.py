@@ -5,12 +5,9 @@ becomes ready, and the API's peak memory is reported. No timing is asserted."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(600)]
 
@@ -20,13 +17,7 @@ MIB = 20  # parts of 8, 8 and 4 MiB: cut at the second part's end, the rerun sen
 @pytest.mark.parametrize("store", ["directory", "s3"])
 def test_a_tiny_upload_cut_at_half_resumes_from_the_servers_offset(store: str) -> None:
     argv = ["--only", "upload", "--upload-size", str(MIB), "--upload-store", store]
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.service", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = run_module("benchmarks.service", *argv)
     assert out.returncode == 0, out.stderr[-3000:]
     tag = "_s3" if store == "s3" else ""
     found = {name.removesuffix(tag): value for name, value in _bench_lines(out.stdout).items()}

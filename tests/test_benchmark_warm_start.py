@@ -6,25 +6,17 @@ Accuracy is not checked: 1 epoch on 180 images says nothing about it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from benchmarks.training.warm_start import TINY
-from tests.helpers import ROOT
+from tests.helpers import run_module
 
 pytestmark = [pytest.mark.torch, pytest.mark.tf, pytest.mark.timeout(900)]
 
 
 def test_tiny_run_reports_every_seeds_curves_and_frozen_variables_unchanged() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.training.warm_start", "--tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = run_module("benchmarks.training.warm_start", "--tiny")
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     results = json.loads(lines[-1].removeprefix("RESULT "))["warm_start"]
