@@ -53,7 +53,9 @@ def main() -> None:
         images = image_loader.TINY if args.quick else image_loader.FULL
         image_loader.print_table(image_loader.run(images), images)
     if args.only in (None, "image_accuracy"):
-        accuracy_sizes = image_accuracy.sizes(args.quick, args.epochs, args.images)
+        accuracy_sizes = image_accuracy.sizes(
+            image_accuracy.QUICK if args.quick else image_accuracy.FULL, args.epochs, args.images
+        )
         results = image_accuracy.run(accuracy_sizes)
         image_accuracy.print_table(image_accuracy.report(results), results)
     if args.only in (None, "checkpoints"):

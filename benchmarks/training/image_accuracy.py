@@ -19,7 +19,6 @@ epoch an `EPOCH {json}` line on stderr as it comes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks.training.architectures import FRAMEWORKS, RESNET, example
-from benchmarks.training.common import DATA_DIR
+from benchmarks.training.common import DATA_DIR, bench_parser, print_aligned
 from benchmarks.training.image_folder import write_fashion_mnist
 from benchmarks.training.image_loader import ingest_folder
 from benchmarks.training.suite import bench, run_case
@@ -178,20 +177,17 @@ def _ingest_rate(prepared: dict[str, float]) -> float:
 
 def print_table(rows: list[list[str]], results: dict[str, Any]) -> None:
     p = results["prepared"]
-    print(
-        f"\nimage accuracy: Fashion-MNIST as PNG files, {p['train_images']:,.0f} train and "
+    title = (
+        f"image accuracy: Fashion-MNIST as PNG files, {p['train_images']:,.0f} train and "
         f"{p['test_images']:,.0f} test, epochs: {results['epochs']}, augmented; written in "
         f"{p['write_seconds']:.0f} s, ingested at {_ingest_rate(p):,.0f} images/s"
     )
     header = ["run", "test accuracy", "samples/s", "epoch s", "input wait", "goal"]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
-    for row in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print_aligned(title, header, rows, right=())
 
 
-def sizes(small: bool, epochs: int | None, images: int | None) -> Sizes:
-    """FULL (or QUICK when `small`), with the epochs and images given instead of its own."""
-    base = QUICK if small else FULL
+def sizes(base: Sizes, epochs: int | None, images: int | None) -> Sizes:
+    """`base` with the epochs and images given instead of its own."""
     return Sizes(images or base.images, epochs or base.epochs)
 
 
@@ -203,13 +199,12 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["prepare"]:  # prepare ROOT [IMAGES]: the folders and store kept in ROOT
         print(json.dumps(prepare(Path(argv[1]), int(argv[2]) if argv[2:] else None)))
         return
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.training.image_accuracy")
-    parser.add_argument("--tiny", action="store_true", help="200 images, 1 epoch: a smoke run")
+    prog = "python -m benchmarks.training.image_accuracy"
+    parser = bench_parser(prog, tiny="200 images, 1 epoch: a smoke run")
     parser.add_argument("--epochs", type=int, default=None, help=f"default {FULL.epochs}")
     parser.add_argument("--images", type=int, default=None, help="the first N of each split")
     args = parser.parse_args(argv)
-    base = TINY if args.tiny else FULL
-    results = run(Sizes(args.images or base.images, args.epochs or base.epochs))
+    results = run(sizes(TINY if args.tiny else FULL, args.epochs, args.images))
     print_table(report(results), results)
 
 
