@@ -85,20 +85,27 @@ def test_a_cgroup_v1_group_kills_the_child_over_its_limit_and_is_removed() -> No
 @pytest.mark.skipif(cgroup_v1.parent_group() is None, reason="no writable cgroup v1 memory")
 def test_closing_kills_what_the_child_left_in_its_group_and_removes_it() -> None:
     """A DDP rank that outlives its launcher (SIGKILLed) is in the group too: closing ends it."""
+    # The launcher starts its rank only once it is in the group (a process joins its parent's
+    # group when it starts): started before, the rank would stay outside it.
     launcher = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import subprocess, sys, time\n"
+            "sys.stdin.readline()\n"
             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
             "print('ready', flush=True); time.sleep(60)",
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         start_new_session=True,
     )
     started = memory_limit.start(settings(), "job-left", 1, LIMIT, launcher.pid)
     assert started is not None and isinstance(started[0], CgroupV1)
     enforced = started[0]
+    assert launcher.stdin is not None
+    launcher.stdin.write(b"go\n")
+    launcher.stdin.flush()
     assert launcher.stdout is not None and launcher.stdout.readline() == b"ready\n"
     launcher.kill()
     launcher.wait()
