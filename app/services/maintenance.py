@@ -30,6 +30,7 @@ from app.services import ingest_lease, sweeps
 from app.services.publish import PublishResult, publish_queued, republish
 from app.services.queue import publish_ingest
 from app.storage import get_store
+from app.storage.base import StoreUnavailable
 from app.storage.checkpoint_sets import CheckpointSets
 from app.storage.cleaner import Cleaned, abort_stale_uploads, remove_partial_checkpoints
 from app.storage.registry import is_artifacts_dir
@@ -230,7 +231,9 @@ class MaintenanceThread(threading.Thread):
     def clean_store(self) -> None:
         try:
             clean_store(self.settings)
-        except Exception:  # a store that is down is cleaned next interval
+        except StoreUnavailable as exc:  # an outage, not a fault: cleaned next interval
+            log.warning("the store's cleaning waits for the store: %s", exc)
+        except Exception:
             log.warning("the store's cleaning failed", exc_info=True)
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ have ended only; with the default store (the workers' staging) only the uploads.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,13 +16,13 @@ from fastapi.testclient import TestClient
 from app.core.config import get_settings
 from app.domain import retention
 from app.domain.states import JobStatus
-from app.services.maintenance import clean_store
+from app.services.maintenance import MaintenanceThread, clean_store
 from app.storage.base import Store
 from app.storage.checkpoint_sets import CheckpointSets, checkpoint_name
 from app.storage.registry import get_store
 from tests.app.api.test_artifacts import job_with_files
 from tests.conftest import make_key
-from tests.helpers import clear_caches
+from tests.helpers import clear_caches, free_port
 from tests.storage_server import BUCKET, SeaweedServer
 
 PARTIAL = checkpoint_name(4, 40)  # a set whose writer died before its manifest
@@ -116,3 +117,20 @@ def test_the_retention_and_a_deleted_job_clear_the_store_too(client: TestClient)
     assert [info.key for info in store.list_objects(f"{job_id}/")] == [f"{job_id}/model/model.pt"]
     assert client.delete(f"/v1/jobs/{job_id}").status_code == 204
     assert not list(store.list_objects(f"{job_id}/"))
+
+
+def test_a_store_that_is_down_is_one_warning_without_a_traceback(
+    sqlite_env: dict[str, str],
+    s3_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An outage is expected, not a fault: the maintenance loop says so in one line (a
+    traceback in the log reads as a bug), and cleans the next interval."""
+    monkeypatch.setenv("EPOCHAL_STORE_URL", f"s3://{BUCKET}/down")
+    monkeypatch.setenv("EPOCHAL_STORE_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # no one
+    clear_caches()
+    with caplog.at_level(logging.WARNING, logger="app.services.maintenance"):
+        MaintenanceThread(get_settings(), "maintenance-test").clean_store()
+    (record,) = caplog.records
+    assert "waits for the store" in record.getMessage() and record.exc_info is None
