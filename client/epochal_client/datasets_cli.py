@@ -2,9 +2,10 @@
 
 `upload` sends a file of one part or less in one request (stored whole, ready at once) and a
 larger one as a resumable upload, ingested into shards; rerun on the same file, it goes on
-from what the server holds. A directory (an image folder) is packed into one tar file
-(packed.py) and sent as a resumable upload the same way. `add` registers files the server
-may read; `show` prints the resource, its status, rows, bytes, classes, version and error.
+from what the server holds. A directory (an image folder, or WebDataset tar shards) is packed
+into one tar file (packed.py) and sent as a resumable upload the same way. `add` registers
+files the server may read; `show` prints the resource, its status, rows, bytes, classes,
+version and error.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def _send_resumable(client: Client, path: Path, fields: resumable.UploadFields) 
 def datasets_upload(
     path: Annotated[
         Path,
-        typer.Argument(help=".npz with arrays x and y, .npy, .csv, or a directory (image folder)"),
+        typer.Argument(
+            help=".npz with arrays x and y, .npy, .csv, or a directory (image folder, or "
+            "WebDataset .tar shards)"
+        ),
     ],
     name: Annotated[str | None, typer.Option(help="default: the file name")] = None,
     label_column: Annotated[str | None, typer.Option(help="CSV: the label column")] = None,
@@ -58,25 +62,29 @@ def datasets_upload(
     ] = None,
     format: Annotated[
         str | None,
-        typer.Option(help="when the suffix does not say it; a directory: image_folder"),
+        typer.Option(
+            help="when the suffix does not say it; a directory: webdataset if it holds only "
+            ".tar files, else image_folder"
+        ),
     ] = None,
     resumable_: Annotated[
         bool,
         typer.Option("--resumable", help="send in parts and ingest into shards, whatever the size"),
     ] = False,
 ) -> None:
-    """Upload a file or a directory (image folder) and print its id; rerun, it resumes.
+    """Upload a file or a directory (image folder, tar shards) and print its id; rerun, it resumes.
 
     Use the id as dataset.id in a spec. A file over one part (8 MiB) goes in parts and is
-    ingested into shards (`datasets show` tells when it is ready). A directory is packed into
-    one tar file (kept in the cache folder until it is sent) and sent in parts the same way."""
+    ingested into shards (`datasets show` tells when it is ready). A directory (an image
+    folder, or WebDataset shards: shard-000.tar, shard-001.tar, ...) is packed into one tar
+    file (kept in the cache folder until it is sent) and sent in parts the same way."""
     if path.is_dir():
         _upload_directory(path, name, task, format)
         return
     if not path.is_file():
         errors.print(
             f"[red]error:[/] {path} is neither a file nor a directory: upload one file "
-            "(.npz, .npy, .csv) or an image folder",
+            "(.npz, .npy, .csv) or a directory (image folder, tar shards)",
             highlight=False,
         )
         raise typer.Exit(1)
@@ -90,11 +98,19 @@ def datasets_upload(
     console.print(dataset.id, highlight=False)
 
 
+def directory_format(path: Path) -> str:
+    """webdataset for a directory of tar shards (every file in it a .tar, hidden ones aside),
+    else image_folder."""
+    files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    shards = bool(files) and all(p.suffix.lower() == ".tar" for p in files)
+    return "webdataset" if shards else "image_folder"
+
+
 def _upload_directory(path: Path, name: str | None, task: str | None, format: str | None) -> None:
     """Pack the directory (or reuse its tar, packed before from the same files) and send it."""
     title = path.resolve().name
     fields = resumable.UploadFields(
-        name or title, task, None, format or "image_folder", filename=f"{title}.tar"
+        name or title, task, None, format or directory_format(path), filename=f"{title}.tar"
     )
     tar = packed.packed(path)
     with connect() as client:

@@ -1,6 +1,7 @@
 """A directory packed for upload: the same files give the same bytes (whatever the files'
 times, owners and the order the disk lists them in), and the packed tar is kept for a rerun
-until the directory changes or its upload completes."""
+until the directory changes or its upload completes; a directory of only tar shards is sent
+as webdataset, any other as an image folder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from epochal_client import packed
+from epochal_client.datasets_cli import directory_format
 
 
 def _tree(root: Path, order: list[str]) -> Path:
@@ -54,3 +56,13 @@ def test_the_packed_tar_is_kept_until_the_folder_changes_or_is_sent(
         assert "dog/2.png" in archive.getnames()  # packed again
     packed.forget(root)
     assert list((tmp_path / "cache" / "epochal" / "packed").iterdir()) == []
+
+
+def test_a_directory_of_only_tar_files_is_sent_as_webdataset(tmp_path: Path) -> None:
+    shards = _tree(tmp_path / "shards", ["shard-000.tar", "shard-001.TAR", ".DS_Store"])
+    assert directory_format(shards) == "webdataset"
+    (shards / "README.md").write_text("a file that is no shard")
+    assert directory_format(shards) == "image_folder"
+    assert directory_format(_tree(tmp_path / "pets", ["cat/1.png", "dog/1.tar"])) == "image_folder"
+    (tmp_path / "empty").mkdir()
+    assert directory_format(tmp_path / "empty") == "image_folder"

@@ -1,24 +1,25 @@
 """`epochal datasets upload DIR` on a live service (PostgreSQL, Redis, a real Celery worker):
-an image folder is packed and sent as a resumable upload; cut off after its first part, the
-same command finishes that upload. The data set becomes ready with the folder's classes and
-the version the same folder registered by reference gets, and the packed tar leaves the cache
-folder once sent."""
+an image folder, or a directory of WebDataset tar shards, is packed and sent as a resumable
+upload; cut off after its first part, the same command finishes that upload. The data set
+becomes ready with the directory's rows and classes and the version the same directory
+registered by reference gets, and the packed tar leaves the cache folder once sent."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from epochal_client import packed
+from epochal_client import datasets_cli, packed, resumable
 from epochal_client.client import Client
 from epochal_client.resumable import PART_BYTES, UploadFields, state_path, upload
 from tests.e2e.test_dataset_ingest import CutOff, epochal  # the ingest tests' CLI call and cut-off
 from tests.helpers import Service, running_service, wait_until
-from tests.shard_data import image_bytes, write_image_folder
+from tests.shard_data import image_bytes, npy_bytes, write_image_folder, write_webdataset
 
 pytestmark = pytest.mark.e2e
 
@@ -84,3 +85,49 @@ def test_an_uploaded_image_folder_resumes_and_becomes_ready_with_its_classes(
     by_reference = ready(service, cache, added.stdout.strip())
     # The index, so the version, holds the class names and the records in their order.
     assert by_reference["version"] == uploaded["version"]
+
+
+def test_an_uploaded_directory_of_tar_shards_is_webdataset_resumes_and_becomes_ready(
+    service: Service, roots: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(5)
+    folder = roots / "stack"
+    folder.mkdir()
+    for shard in range(3):  # 30 samples of 320 x 320 x 3 bytes: over one part
+        samples = [
+            (f"{shard}{n:04d}", {"npy": npy_bytes(rng.integers(0, 256, (320, 320, 3), np.uint8))})
+            for n in range(10)
+        ]
+        for n, (_, parts) in enumerate(samples):
+            parts["cls"] = str(n % 3).encode()
+        write_webdataset(folder / f"shard-{shard:03d}.tar", samples)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("EPOCHAL_URL", service.url)
+    monkeypatch.setenv("EPOCHAL_API_KEY", service.api_key)
+    sent_whole = resumable.upload
+
+    def cut_off(client: Client, path: Path, fields: UploadFields, _: object) -> dict[str, Any]:
+        return sent_whole(client, path, fields, cut_after_first_part)
+
+    # The command itself, without --format, cut off after its first part: the upload it
+    # opened says which format the data set is.
+    monkeypatch.setattr(resumable, "upload", cut_off)
+    with pytest.raises(CutOff):
+        datasets_cli.datasets_upload(folder, None, None, None, None, None, False)
+    monkeypatch.setattr(resumable, "upload", sent_whole)
+    (held,) = json.loads(state_path().read_text()).values()
+    sent = epochal(service, cache, "datasets", "upload", str(folder))
+    assert sent.returncode == 0, sent.stderr
+    uploaded = ready(service, cache, sent.stdout.strip())
+    assert uploaded["status"] == "ready", uploaded.get("error")
+    assert (uploaded["rows"], uploaded["classes"], uploaded["name"]) == (30, 3, "stack")
+    assert (uploaded["format"], uploaded["shape"]) == ("webdataset", [320, 320, 3])
+    with Client(service.url, service.api_key) as client:  # the rerun finished the cut-off one
+        gone = client._http.get(f"/v1/datasets/uploads/{held['id']}")
+        assert gone.status_code == 404
+    assert list((cache / "epochal" / "packed").iterdir()) == []
+    added = epochal(service, cache, "datasets", "add", str(folder))
+    assert added.returncode == 0, added.stderr
+    by_reference = ready(service, cache, added.stdout.strip())
+    assert by_reference["version"] == uploaded["version"]  # the same records, in the same order

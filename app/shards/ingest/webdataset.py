@@ -3,7 +3,11 @@ members come in samples, one key each (the member's path up to the first dot of 
 `<key>.jpg`, `.jpeg`, `.png` or `.npy` is x, `<key>.cls` (a whole number, as text) its class.
 Other members of a sample are ignored. Images become records as in image folders (see
 _images); `.npy` samples are read without pickle and must all share the first one's shape and
-dtype. The tar is streamed, one sample in memory at a time."""
+dtype. The tar is streamed, one sample in memory at a time.
+
+A tar of shards (a directory of them packed in one tar, as `epochal datasets upload DIR` sends
+it) is that directory: its `.tar` files are read in order of name, each streamed from the
+outer tar, its other files not at all; a sample is named OUTER.tar/SHARD.tar/KEY."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -35,15 +40,20 @@ class Sample:
     parts: dict[str, bytes] = field(default_factory=dict)
 
 
-def _members(tar_path: Path) -> Iterator[tuple[str, str, bytes]]:
-    """(key, extension, bytes) of each file member, in the tar's order."""
+def _streamed(source: Path | IO[bytes], name: str) -> Iterator[tuple[str, str, bytes]]:
+    """(key, extension, bytes) of each file member of the tar at (or read from) `source`, in
+    its order; `name` is the tar's, for errors."""
     try:
-        with tarfile.open(tar_path, "r|*") as tar:
+        if isinstance(source, Path):
+            opened = tarfile.open(source, "r|*")
+        else:
+            opened = tarfile.open(fileobj=source, mode="r|*")
+        with opened as tar:
             for member in tar:
                 if not member.isfile():
                     continue
                 if member.size > MAX_MEMBER_BYTES:
-                    raise IngestError(f"{tar_path.name}/{member.name}", "a member over 256 MiB")
+                    raise IngestError(f"{name}/{member.name}", "a member over 256 MiB")
                 folder, _, base = member.name.rpartition("/")
                 stem, dot, extension = base.partition(".")
                 if not dot or not stem:
@@ -53,7 +63,39 @@ def _members(tar_path: Path) -> Iterator[tuple[str, str, bytes]]:
                 key = f"{folder}/{stem}" if folder else stem
                 yield key, extension.lower(), reader.read()
     except (tarfile.TarError, OSError, EOFError) as exc:
-        raise IngestError(tar_path.name, f"not a readable tar file: {exc}") from exc
+        raise IngestError(name, f"not a readable tar file: {exc}") from exc
+
+
+def _shards_in(tar_path: Path) -> list[tarfile.TarInfo] | None:
+    """The `.tar` files in the tar, by name, if it is a directory of shards packed: it holds
+    `.tar` files and no `.cls` (a shard's samples may have a part named `.tar`). Headers are
+    read, their data skipped. None for any other tar, or one that cannot be listed so
+    (compressed, or no tar): it is read as one shard, which says what is wrong."""
+    try:
+        with tarfile.open(tar_path, "r:") as tar:
+            files = [m for m in tar.getmembers() if m.isfile()]
+    except (tarfile.TarError, OSError, EOFError):
+        return None
+    if any(m.name.lower().endswith(".cls") for m in files):
+        return None
+    shards = [m for m in files if m.name.lower().endswith(".tar")]
+    return sorted(shards, key=lambda m: m.name) or None
+
+
+def _members(tar_path: Path) -> Iterator[tuple[str, str, bytes]]:
+    """(key, extension, bytes) of each member of the tar, or, in a tar of shards, of each
+    shard's in turn, streamed from the outer tar, keyed SHARD.tar/KEY; as in a directory of
+    shards, its other files are not read."""
+    shards = _shards_in(tar_path)
+    if shards is None:
+        yield from _streamed(tar_path, tar_path.name)
+        return
+    with tarfile.open(tar_path, "r:") as tar:
+        for shard in shards:
+            file = tar.extractfile(shard)
+            assert file is not None  # a regular file's member
+            for key, extension, data in _streamed(file, f"{tar_path.name}/{shard.name}"):
+                yield f"{shard.name}/{key}", extension, data
 
 
 def _samples(files: list[Path]) -> Iterator[Sample]:
