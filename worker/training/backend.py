@@ -59,6 +59,11 @@ class Backend(Protocol):
     def train_epoch(self, state: TrainState) -> TrainedEpoch | None:
         """One epoch over freshly shuffled samples; None when state.interrupt stopped it."""
 
+    def end_training(self) -> None:
+        """Training is over (every epoch done, or stopped): free what only train_epoch reads,
+        a streamed data set's training stream and its cached shards, before the report and
+        the export; a later train_epoch opens a new one."""
+
     def evaluate(self, split: str) -> Logs:
         """Loss and accuracy (or mae) over the whole split ("val" or "test")."""
 

@@ -79,6 +79,7 @@ def fit(backend: Backend, state: TrainState, callbacks: Callback, validate: bool
             if (value := getattr(trained, name)) is not None:
                 logs[name] = float(value)
         callbacks.on_epoch_end(state, logs)
+    backend.end_training()  # the report and the export run without the training stream
     # The agreed reason is final: a signal arriving after the last agreement changes nothing.
     reason = state.stop_reason if stopped else None
     fitted = Fitted(logs, reason, state.stop_detail if reason else None)

@@ -38,6 +38,8 @@ class ScriptedBackend:
         self.epochs_trained += 1
         return TrainedEpoch({"loss": 1.0, "accuracy": 0.5}, samples=10)
 
+    def end_training(self) -> None: ...
+
     def evaluate(self, split: str) -> Logs:
         return {"loss": 2.0, "accuracy": 0.25}
 

@@ -17,8 +17,10 @@ from app.storage.base import Store
 from app.storage.directory import DirectoryStore
 from tests.shard_data import write_dataset
 from tests.worker.training.inprocess import AtStep, KillAtStep, Killed, make_spec, run_spec
-from worker.training.callbacks import TrainState
-from worker.training.data import streamed
+from worker.training.backend import Placement, create_backend
+from worker.training.callbacks import Callback, Logs, TrainState
+from worker.training.data import load_splits, streamed
+from worker.training.data.stream import ShardStream
 
 ROWS = [60, 45, 70, 30, 55, 40]  # 300 samples in uneven shards
 FRAMEWORKS = [
@@ -131,3 +133,108 @@ def test_reads_beside_the_training_stream_keep_no_shard(
     assert len(data.raw_head("test", 5)[0]) == 5
     assert [reader.cache.used for reader in opened] == [0] * len(opened)
     assert len(opened) >= 4  # statistics and sample (or one for both), chunks, report
+
+
+@pytest.fixture
+def streams(monkeypatch: pytest.MonkeyPatch) -> list[ShardStream]:
+    """Every training stream the data sets open, in order."""
+    opened: list[ShardStream] = []
+
+    class Recorded(ShardStream):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(streamed, "ShardStream", Recorded)
+    return opened
+
+
+class HeldAfterTraining(Callback):
+    """The bytes the training streams cache when training ends, and as each read after it
+    (the test pass, the report's rows, model.onnx's check) opens its reader."""
+
+    def __init__(self, streams: list[ShardStream], monkeypatch: pytest.MonkeyPatch) -> None:
+        self.streams, self.ended = streams, False
+        self.at_end: list[int] = []
+        self.at_reads: list[int] = []
+        watch = self
+
+        class Reader(ShardReader):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                if watch.ended:
+                    watch.at_reads.append(watch.held())
+
+        monkeypatch.setattr(streamed, "ShardReader", Reader)
+
+    def held(self) -> int:
+        return sum(stream.cache.used for stream in self.streams)
+
+    def on_train_end(self, state: TrainState, logs: Logs) -> None:
+        self.ended = True
+        self.at_end.append(self.held())
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_training_stream_keeps_no_shard_once_training_ends(
+    framework: str,
+    data_store: Store,
+    tmp_path: Path,
+    streams: list[ShardStream],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the last epoch the training stream is closed: its shards, which the reader keeps
+    cached for the next epoch (all of them here), do not sit beside the report's and the
+    export's memory. An attempt with no epoch left opens no stream just to close it."""
+    watch = HeldAfterTraining(streams, monkeypatch)
+    run = run_spec(spec_for(framework, epochs=2), tmp_path / "job", watch, data_store=data_store)
+    assert run.outcome.status == "succeeded", run.outcome
+    (stream,) = streams
+    assert stream.stats.peak_cache_bytes > 0  # it did cache shards while training
+    assert watch.at_end == [0]
+    assert len(watch.at_reads) >= 3 and set(watch.at_reads) == {0}
+    again = run_spec(spec_for(framework, epochs=2), tmp_path / "job", data_store=data_store)
+    assert again.outcome.status == "succeeded" and again.rows == []  # resumed after the end
+    assert streams == [stream]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_stopped_epoch_closes_the_training_stream_too(
+    framework: str,
+    data_store: Store,
+    tmp_path: Path,
+    streams: list[ShardStream],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An attempt stopped mid-epoch (preempted) closes its stream as one that finished does."""
+    watch = HeldAfterTraining(streams, monkeypatch)
+    spec = spec_for(framework, epochs=2, batch_size=4)
+    spec = spec.model_copy(update={"checkpoint_every_steps": 1000})  # the step hook PreemptAt wraps
+    run = run_spec(spec, tmp_path / "job", PreemptAt(20), watch, data_store=data_store)
+    assert run.outcome.stop_reason == "preempted" and run.state.global_step == 32
+    (stream,) = streams
+    assert stream.stats.peak_cache_bytes > 0 and watch.at_end == [0]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_an_epoch_after_the_end_of_training_opens_a_new_stream(
+    framework: str, data_store: Store, streams: list[ShardStream]
+) -> None:
+    """Nothing trains after end_training today; if something did, it would get a new stream,
+    its cache empty, rather than a closed one."""
+    spec = spec_for(framework)
+    backend = create_backend(spec, load_splits(spec, Path("/nonexistent"), data_store), Placement())
+    try:
+        state = TrainState(epochs=3, learning_rate=0.1)
+        first = backend.train_epoch(state)
+        backend.end_training()
+        assert [s.cache.used for s in streams] == [0]
+        state.epoch = 1
+        second = backend.train_epoch(state)
+        assert first is not None and second is not None
+        assert first.samples == second.samples == 240
+        assert len(streams) == 2 and streams[1].cache.used > 0
+        assert second.data_cache_misses == first.data_cache_misses > 0  # a cold cache again
+    finally:
+        backend.close()
+    assert [s.cache.used for s in streams] == [0, 0]

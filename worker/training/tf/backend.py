@@ -189,6 +189,10 @@ class TFBackend:
         name = "accuracy" if self.classify else "mae"
         return TrainedEpoch({"loss": loss_sum / seen, name: metric_sum / seen}, samples=seen)
 
+    def end_training(self) -> None:
+        if self.streamed is not None:
+            self.streamed.end_training()
+
     def _single_chunks(
         self, x: tf.Tensor, y: tf.Tensor, order: np.ndarray, steps: int
     ) -> Iterator[tuple[tf.Tensor, tf.Tensor]]:

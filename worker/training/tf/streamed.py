@@ -152,7 +152,13 @@ class StreamedTF:
         name = "accuracy" if b.classify else "mae"
         return {"loss": loss_sum / rows, name: metric_sum / rows}
 
-    def close(self) -> None:
+    def end_training(self) -> None:
+        """Close the training stream, its cached shards with it (none opened: nothing to
+        do); the next epoch, if any, opens a new one."""
         if self._stream is not None:
             self._stream.close()
+            self._stream = None
+
+    def close(self) -> None:
+        self.end_training()
         self.data.close()

@@ -163,6 +163,10 @@ class TorchBackend:
             samples=samples,
         )
 
+    def end_training(self) -> None:
+        if self.streamed is not None:
+            self.streamed.end_training()
+
     def _step(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on this rank's batch: (objective, metric sum), both detached.
 

@@ -187,7 +187,13 @@ class StreamedTorch:
         name = "accuracy" if b.classify else "mae"
         return {"loss": totals[0].item() / rows, name: totals[1].item() / rows}
 
-    def close(self) -> None:
+    def end_training(self) -> None:
+        """Close the training stream, its cached shards with it (none opened: nothing to
+        do); the next epoch, if any, opens a new one."""
         if self._stream is not None:
             self._stream.close()
+            self._stream = None
+
+    def close(self) -> None:
+        self.end_training()
         self.data.close()
