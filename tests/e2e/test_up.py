@@ -70,6 +70,10 @@ def up_env(home: Path, port: int) -> dict[str, str]:
     """The environment of an `epochal up` on `home` and `port`, none of ours leaking in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_")}
     return env | {
+        # The suite's measured cache (tests/conftest.py), as every worker of the tests has: a
+        # worker that measures TensorFlow first starts its warm child only after four timed
+        # TensorFlow processes at idle priority, minutes on a busy 2-CPU machine.
+        "EPOCHAL_CACHE_DIR": os.environ["EPOCHAL_CACHE_DIR"],
         "EPOCHAL_HOME": str(home),
         "EPOCHAL_PORT": str(port),
         "EPOCHAL_WARM_FRAMEWORKS": "pytorch",  # no TensorFlow import on a shared CPU
