@@ -56,6 +56,31 @@ def ready(service: Service, cache: Path, dataset_id: str) -> dict[str, object]:
     return resource
 
 
+def rerun_finishes_the_upload(service: Service, cache: Path, folder: Path) -> dict[str, Any]:
+    """`epochal datasets upload FOLDER` again, after one cut off: it finishes that upload (the
+    one the client's state holds), removes its packed tar, and the data set becomes ready."""
+    (held,) = json.loads(state_path().read_text()).values()
+    sent = epochal(service, cache, "datasets", "upload", str(folder))
+    assert sent.returncode == 0, sent.stderr
+    uploaded = ready(service, cache, sent.stdout.strip())
+    assert uploaded["status"] == "ready", uploaded.get("error")
+    with Client(service.url, service.api_key) as client:  # the rerun finished the cut-off one
+        gone = client._http.get(f"/v1/datasets/uploads/{held['id']}")
+        assert gone.status_code == 404
+    assert list((cache / "epochal" / "packed").iterdir()) == []  # the tar is gone once sent
+    return uploaded
+
+
+def added_by_reference_is_the_same(
+    service: Service, cache: Path, folder: Path, uploaded: dict[str, Any]
+) -> None:
+    """The folder registered by reference has the uploaded one's version: the index, so the
+    version, holds the class names and the records in their order."""
+    added = epochal(service, cache, "datasets", "add", str(folder))
+    assert added.returncode == 0, added.stderr
+    assert ready(service, cache, added.stdout.strip())["version"] == uploaded["version"]
+
+
 def test_an_uploaded_image_folder_resumes_and_becomes_ready_with_its_classes(
     service: Service, roots: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,22 +94,10 @@ def test_an_uploaded_image_folder_resumes_and_becomes_ready_with_its_classes(
     assert tar.stat().st_size > PART_BYTES
     with Client(service.url, service.api_key) as client, pytest.raises(CutOff):
         upload(client, tar, UploadFields("shapes", format="image_folder"), cut_after_first_part)
-    (held,) = json.loads(state_path().read_text()).values()
-    sent = epochal(service, cache, "datasets", "upload", str(folder))
-    assert sent.returncode == 0, sent.stderr
-    uploaded = ready(service, cache, sent.stdout.strip())
-    assert uploaded["status"] == "ready", uploaded.get("error")
+    uploaded = rerun_finishes_the_upload(service, cache, folder)
     assert (uploaded["rows"], uploaded["classes"], uploaded["name"]) == (30, 3, "shapes")
     assert (uploaded["format"], uploaded["shape"]) == ("image_folder", [320, 320, 3])
-    with Client(service.url, service.api_key) as client:  # the rerun finished the cut-off one
-        gone = client._http.get(f"/v1/datasets/uploads/{held['id']}")
-        assert gone.status_code == 404
-    assert list((cache / "epochal" / "packed").iterdir()) == []  # the tar is gone once sent
-    added = epochal(service, cache, "datasets", "add", str(folder))
-    assert added.returncode == 0, added.stderr
-    by_reference = ready(service, cache, added.stdout.strip())
-    # The index, so the version, holds the class names and the records in their order.
-    assert by_reference["version"] == uploaded["version"]
+    added_by_reference_is_the_same(service, cache, folder, uploaded)
 
 
 def test_an_uploaded_directory_of_tar_shards_is_webdataset_resumes_and_becomes_ready(
@@ -116,18 +129,7 @@ def test_an_uploaded_directory_of_tar_shards_is_webdataset_resumes_and_becomes_r
     with pytest.raises(CutOff):
         datasets_cli.datasets_upload(folder, None, None, None, None, None, False)
     monkeypatch.setattr(resumable, "upload", sent_whole)
-    (held,) = json.loads(state_path().read_text()).values()
-    sent = epochal(service, cache, "datasets", "upload", str(folder))
-    assert sent.returncode == 0, sent.stderr
-    uploaded = ready(service, cache, sent.stdout.strip())
-    assert uploaded["status"] == "ready", uploaded.get("error")
+    uploaded = rerun_finishes_the_upload(service, cache, folder)
     assert (uploaded["rows"], uploaded["classes"], uploaded["name"]) == (30, 3, "stack")
     assert (uploaded["format"], uploaded["shape"]) == ("webdataset", [320, 320, 3])
-    with Client(service.url, service.api_key) as client:  # the rerun finished the cut-off one
-        gone = client._http.get(f"/v1/datasets/uploads/{held['id']}")
-        assert gone.status_code == 404
-    assert list((cache / "epochal" / "packed").iterdir()) == []
-    added = epochal(service, cache, "datasets", "add", str(folder))
-    assert added.returncode == 0, added.stderr
-    by_reference = ready(service, cache, added.stdout.strip())
-    assert by_reference["version"] == uploaded["version"]  # the same records, in the same order
+    added_by_reference_is_the_same(service, cache, folder, uploaded)

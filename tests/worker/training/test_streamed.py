@@ -118,14 +118,7 @@ def test_reads_beside_the_training_stream_keep_no_shard(
     """The setup's reads (normalization statistics, the sample), evaluation's and a report's
     drop their shards when done: none sits beside the training stream's budget, the only
     reader memory app.domain.stream_memory counts."""
-    opened: list[ShardReader] = []
-
-    class Recorded(ShardReader):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            opened.append(self)
-
-    monkeypatch.setattr(streamed, "ShardReader", Recorded)
+    opened: list[ShardReader] = recorded(monkeypatch, "ShardReader")
     data = streamed.open_streamed(spec_for("pytorch"), data_store)
     assert data is not None
     streamed.streamed_splits(data)
@@ -138,14 +131,21 @@ def test_reads_beside_the_training_stream_keep_no_shard(
 @pytest.fixture
 def streams(monkeypatch: pytest.MonkeyPatch) -> list[ShardStream]:
     """Every training stream the data sets open, in order."""
-    opened: list[ShardStream] = []
+    return recorded(monkeypatch, "ShardStream")
 
-    class Recorded(ShardStream):
+
+def recorded(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
+    """Every instance of worker.training.data.streamed's class `name` made from now on, in
+    order (the class itself, recording each new one)."""
+    opened: list[Any] = []
+    base: type[Any] = getattr(streamed, name)
+
+    class Recorded(base):  # type: ignore[misc,valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             opened.append(self)
 
-    monkeypatch.setattr(streamed, "ShardStream", Recorded)
+    monkeypatch.setattr(streamed, name, Recorded)
     return opened
 
 
