@@ -68,7 +68,10 @@ def test_a_trained_job_leaves_whole_sets_and_its_model_in_the_store(
     sets = CheckpointSets(store, f"{JOB}/checkpoints")
     latest = sets.latest()
     assert latest is not None and latest.epoch == 3
-    assert [m.epoch for m in sets.manifests()] == [3, 2]  # the newest two are kept
+    # The newest two uploaded are kept. A checkpoint still waiting when a newer one comes is
+    # given up for it (on a slow machine epoch 2's, while epoch 1's upload runs).
+    uploaded = [epoch for epoch in (3, 2, 1) if epoch not in uploads.dropped]
+    assert [m.epoch for m in sets.manifests()] == uploaded[:2]
     assert all(sets.load(m.name) is not None for m in sets.manifests())
     keys = {info.key for info in store.list_objects(f"{JOB}/checkpoints/")}
     assert {k.rsplit("/", 1)[1] for k in keys} >= {MANIFEST, "torch.pt", "loop.json"}
