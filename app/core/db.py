@@ -41,6 +41,8 @@ _readers: dict[Engine, Engine] = {}
 # An execution option of read_engine() on SQLite: begin no transaction (see _configure_sqlite).
 READ_ONLY = "epochal_read_only"
 _engines_lock = threading.Lock()
+# Set by a training child (hold_rows_at_most): its transactions left idle end sooner.
+_idle_transaction_seconds: float | None = None
 
 
 def make_engine(url: str) -> Engine:
@@ -67,9 +69,12 @@ def postgres_connect_args(settings: Settings, options: Any = None) -> dict[str, 
     """libpq parameters so that no connection waits forever: connecting, a statement, a
     transaction its client left open (it holds row locks the reaper needs), a dead peer."""
     statement_ms = int(settings.db_statement_timeout_seconds * 1000)
+    idle_ms = statement_ms
+    if _idle_transaction_seconds is not None:
+        idle_ms = min(statement_ms, int(_idle_transaction_seconds * 1000))
     keepalive = settings.db_keepalive_seconds
     server = f"-c statement_timeout={statement_ms} "
-    server += f"-c idle_in_transaction_session_timeout={statement_ms}"
+    server += f"-c idle_in_transaction_session_timeout={idle_ms}"
     return {
         "connect_timeout": settings.db_connect_timeout_seconds,
         "keepalives": 1,
@@ -80,6 +85,19 @@ def postgres_connect_args(settings: Settings, options: Any = None) -> dict[str, 
         "tcp_user_timeout": (KEEPALIVE_PROBES + 1) * keepalive * 1000,
         "options": f"{options} {server}" if isinstance(options, str) else server,
     }
+
+
+def hold_rows_at_most(seconds: float | None) -> None:
+    """PostgreSQL ends this process's transactions left idle after `seconds` (at most the
+    statement timeout; None: the statement timeout), on connections made from now on.
+
+    A training child writes the job's row (an epoch's metrics, the latest checkpoint). Stopped
+    or hung inside that transaction, it would hold the row lock that its supervisor's lease
+    renewal waits on, and the supervisor would give the job up as lost before the statement
+    timeout freed it. The child sets a share of the lease here, so the renewal goes through.
+    """
+    global _idle_transaction_seconds
+    _idle_transaction_seconds = seconds
 
 
 KEEPALIVE_PROBES = 3  # unanswered keepalive probes before the kernel drops the connection

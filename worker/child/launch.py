@@ -27,6 +27,7 @@ from pathlib import Path
 
 from setproctitle import setproctitle
 
+from app.core import db
 from app.core.config import get_settings
 from app.core.log_setup import configure_logging
 from app.domain.job_files import JobFiles
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     report = take_report_fd()
     die_with_parent()
     settings = get_settings()
+    db.hold_rows_at_most(max(1.0, settings.lease_seconds / 4))  # before its first connection
     if args.standby:
         job = wait_for_assignment(args.standby)
         args.job_id, args.attempt, started = job.job_id, job.attempt, job.sent_at

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from app.core import db
 from app.core.config import get_settings
@@ -150,6 +150,32 @@ def test_postgres_connections_carry_timeouts_and_keepalives(
         assert params["connect_timeout"] == "10"
         with pytest.raises(OperationalError, match="statement timeout"):
             conn.execute(text("SELECT pg_sleep(5)"))
+
+
+def test_a_transaction_a_training_child_left_idle_frees_its_locks_soon(
+    pg_env: dict[str, str],
+) -> None:
+    """A child stopped inside a transaction (worker.child.launch) holds its locks only as long
+    as hold_rows_at_most says, not the statement timeout: another connection gets them."""
+    other = create_engine(db.get_engine().url, connect_args={"options": "-c lock_timeout=20s"})
+    db.hold_rows_at_most(1.0)
+    clear_caches()
+    try:
+        with db.get_engine().connect() as child, other.connect() as supervisor:
+            idle = child.execute(text("SHOW idle_in_transaction_session_timeout")).scalar()
+            assert idle == "1s"
+            child.execute(text("SELECT pg_advisory_xact_lock(4711)"))  # then nothing: stopped
+            started = time.monotonic()
+            supervisor.execute(text("SELECT pg_advisory_xact_lock(4711)"))  # waits, then gets it
+            waited = time.monotonic() - started
+            with pytest.raises(DBAPIError) as ended:  # the server ended the idle one
+                child.execute(text("SELECT 1"))
+            assert db.transient(ended.value)  # so the child's write is tried again
+        assert 0.5 < waited < 20  # ~1 s, where the 30 s statement timeout would have been hit
+    finally:
+        db.hold_rows_at_most(None)
+        other.dispose()
+        clear_caches()
 
 
 def test_a_server_that_never_answers_fails_the_connect_after_its_timeout(
