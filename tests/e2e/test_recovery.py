@@ -103,6 +103,31 @@ def freeze_between_transactions(service: Service, pid: int) -> None:
         engine.dispose()
 
 
+def freeze_holding_the_job_row(service: Service, pid: int) -> None:
+    """SIGSTOP a training child, retrying until it is frozen inside a transaction that wrote
+    to `job` (its epoch's write takes a few ms of each epoch, so this takes some tries)."""
+    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
+    held = sa.text(
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON l.relation = c.oid "
+        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE c.relname = 'job' "
+        "AND l.mode = 'RowExclusiveLock' AND a.state = 'idle in transaction'"
+    )
+    deadline = time.monotonic() + scaled(120)
+    try:
+        with engine.connect() as conn:
+            while time.monotonic() < deadline:
+                os.kill(pid, signal.SIGSTOP)
+                if conn.execute(held).scalar():
+                    time.sleep(0.1)  # a live writer's transaction is gone by a second look
+                    if conn.execute(held).scalar():
+                        return
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(0.005)
+        raise AssertionError("the child was never frozen inside a transaction on job")
+    finally:
+        engine.dispose()
+
+
 def at(transition: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(transition["at"]).astimezone(UTC)
 
@@ -172,8 +197,9 @@ def test_same_message_delivered_twice_runs_once(service: Service, client: httpx.
     assert metric_attempts(service, job_id) == [(1, 1), (2, 1), (3, 1)]
 
 
+@pytest.mark.parametrize("where", ["anywhere", "inside its transaction"])
 def test_child_that_ignores_the_stop_is_terminated_then_killed(
-    service: Service, client: httpx.Client
+    service: Service, client: httpx.Client, where: str
 ) -> None:
     job_id = submit(client, training={"epochs": 200, "batch_size": 16})
     wait_until(lambda: epochs_done(client, job_id) >= 1, 120, "epoch 1")
@@ -181,7 +207,10 @@ def test_child_that_ignores_the_stop_is_terminated_then_killed(
     # A stopped process holds SIGUSR1 and SIGTERM pending. Stopped inside its epoch's
     # transaction, it also holds the job's row, until the server ends that transaction
     # (app.core.db.hold_rows_at_most), well before the supervisor's lease would lapse.
-    os.kill(child, signal.SIGSTOP)
+    if where == "anywhere":
+        os.kill(child, signal.SIGSTOP)
+    else:
+        freeze_holding_the_job_row(service, child)
     started = time.monotonic()
     assert client.post(f"/v1/jobs/{job_id}/cancel").json()["status"] == "cancelling"
     done = wait_for_status(client, job_id, {"cancelled", "failed", "succeeded"}, 60)
