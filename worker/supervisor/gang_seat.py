@@ -24,7 +24,7 @@ from app.core.config import Settings
 from app.core.db import session_scope
 from app.domain import crud
 from app.domain.job_files import JobFiles
-from app.domain.states import ACTIVE, ErrorCode, JobStatus
+from app.domain.states import ACTIVE, TERMINAL, ErrorCode, JobStatus
 from app.scheduler import gang
 from app.scheduler.gang import Rendezvous, TakenSeat
 from app.schemas.api import StepProgress
@@ -183,12 +183,15 @@ class SeatKeeper(LeaseKeeper):
                     self.broken = gang.broken(session, formed.job_id, formed.attempt, formed.worker)
             return status
         with session_scope() as session:
-            if not gang.renew_seat(session, formed.job_id, formed.worker, self.settings):
-                return None
             job = crud.get_job(session, formed.job_id)
-            if job is None or job.attempt != formed.attempt or job.status not in ACTIVE:
+            if job is None or job.attempt != formed.attempt:
                 return None
-            return JobStatus(job.status)
+            # Rank 0 recorded the gang's end (and let the seats go): this node's process is
+            # leaving too. Not a lost lease: the supervisor gives it a grace to exit.
+            if job.status in TERMINAL:
+                return JobStatus(job.status)
+            renewed = gang.renew_seat(session, formed.job_id, formed.worker, self.settings)
+            return JobStatus(job.status) if renewed and job.status in ACTIVE else None
 
 
 def rank_of(formed: Formed | None) -> int:

@@ -22,7 +22,7 @@ from app.core.db import retrying
 from app.core.log_setup import job_context
 from app.domain.job_files import JobFiles, write_whole
 from app.domain.job_log import append_line, cap_log
-from app.domain.states import JobStatus, StopReason
+from app.domain.states import TERMINAL, JobStatus, StopReason
 from app.domain.tables import utcnow
 from app.scheduler.gang import TakenSeat
 from app.schemas.job_spec import JobSpec
@@ -274,7 +274,9 @@ def _still_ours(attempt: Attempt, lease: LeaseKeeper, now: float) -> bool:
         attempt.broken = lease.broken
         signal_group(attempt, signal.SIGKILL)
         note(attempt, f"{lease.broken}: killed the training process (the gang stops whole)")
-    if lease.status == JobStatus.cancelling:
+    if lease.status in TERMINAL:  # another node of a gang whose end rank 0 has recorded
+        _request_stop(attempt, StopReason.completed)  # it exits on its own, within the graces
+    elif lease.status == JobStatus.cancelling:
         _request_stop(attempt, StopReason.cancelled)
     elif lease.preempted:  # a higher-priority job asked for this worker: stop at the epoch
         _request_stop(attempt, StopReason.preempted)
