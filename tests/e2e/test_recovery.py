@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,49 +83,55 @@ def kill_worker_group(service: Service, job_id: str) -> tuple[list[int], datetim
     return children, killed_at
 
 
-def freeze_between_transactions(service: Service, pid: int) -> None:
-    """SIGSTOP a process, retrying until it is not frozen holding a write lock on `job`."""
+def freeze_when(
+    service: Service, pid: int, frozen_right: Callable[[sa.Connection], bool], what: str
+) -> None:
+    """SIGSTOP a process, and again after a SIGCONT and a moment, until `frozen_right` (asked
+    of the test's database) says it stopped where the test needs it."""
     engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
-    locks = sa.text(
-        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON l.relation = c.oid "
-        "WHERE c.relname = 'job' AND l.mode = 'RowExclusiveLock'"
-    )
-    try:
-        for _ in range(50):
-            os.kill(pid, signal.SIGSTOP)
-            with engine.connect() as conn:
-                if not conn.execute(locks).scalar():
-                    return
-            os.kill(pid, signal.SIGCONT)
-            time.sleep(0.05)
-        raise AssertionError("the supervisor kept holding a lock on job")
-    finally:
-        engine.dispose()
-
-
-def freeze_holding_the_job_row(service: Service, pid: int) -> None:
-    """SIGSTOP a training child, retrying until it is frozen inside a transaction that wrote
-    to `job` (its epoch's write takes a few ms of each epoch, so this takes some tries)."""
-    engine = sa.create_engine(service.env["EPOCHAL_DATABASE_URL"])
-    held = sa.text(
-        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON l.relation = c.oid "
-        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE c.relname = 'job' "
-        "AND l.mode = 'RowExclusiveLock' AND a.state = 'idle in transaction'"
-    )
     deadline = time.monotonic() + scaled(120)
     try:
         with engine.connect() as conn:
             while time.monotonic() < deadline:
                 os.kill(pid, signal.SIGSTOP)
-                if conn.execute(held).scalar():
-                    time.sleep(0.1)  # a live writer's transaction is gone by a second look
-                    if conn.execute(held).scalar():
-                        return
+                if frozen_right(conn):
+                    return
                 os.kill(pid, signal.SIGCONT)
-                time.sleep(0.005)
-        raise AssertionError("the child was never frozen inside a transaction on job")
+                time.sleep(0.02)
+        raise AssertionError(what)
     finally:
         engine.dispose()
+
+
+def job_write_locks(conn: sa.Connection, idle: bool = False) -> int:
+    """Write locks held on `job`; with `idle`, only those of a transaction left idle."""
+    query = (
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON l.relation = c.oid "
+        "JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE c.relname = 'job' AND l.mode = 'RowExclusiveLock'"
+    )
+    if idle:
+        query += " AND a.state = 'idle in transaction'"
+    return int(conn.execute(sa.text(query)).scalar_one())
+
+
+def freeze_between_transactions(service: Service, pid: int) -> None:
+    """SIGSTOP a process, retrying until it is not frozen holding a write lock on `job`."""
+    what = "the supervisor kept holding a lock on job"
+    freeze_when(service, pid, lambda conn: not job_write_locks(conn), what)
+
+
+def freeze_holding_the_job_row(service: Service, pid: int) -> None:
+    """SIGSTOP a training child, retrying until it is frozen inside a transaction that wrote
+    to `job` (its epoch's write takes a few ms of each epoch, so this takes some tries)."""
+
+    def holding(conn: sa.Connection) -> bool:
+        if not job_write_locks(conn, idle=True):
+            return False
+        time.sleep(0.1)  # a live writer's transaction is gone by a second look
+        return bool(job_write_locks(conn, idle=True))
+
+    freeze_when(service, pid, holding, "the child was never frozen inside a transaction on job")
 
 
 def at(transition: dict[str, Any]) -> datetime:

@@ -16,6 +16,7 @@ from sqlalchemy import update
 from app.core.config import get_settings
 from app.core.db import session_scope
 from app.domain import crud
+from app.domain.job_files import JobFiles
 from app.domain.states import JobStatus
 from app.domain.tables import GangSeat, Job, utcnow
 from app.schemas.job_spec import JobSpec
@@ -36,7 +37,8 @@ def keeper_of_node_1(job: dict[str, Any], seated: bool) -> SeatKeeper:
             session.add(GangSeat(job_id=job_id, worker="w1", rank=1, lease_expires_at=later))
     node = GangNode(1, 2, "tcp://127.0.0.1:29500")
     formed = Formed(job_id, 1, spec.model_dump(), utcnow(), node, "w1")
-    return SeatKeeper(get_settings(), formed, time.monotonic(), files=None)  # type: ignore[arg-type]
+    files = JobFiles.of(get_settings().resolved_artifacts_dir, job_id, 1)  # not read: rank 1
+    return SeatKeeper(get_settings(), formed, time.monotonic(), files)
 
 
 @pytest.mark.parametrize(
